@@ -1,0 +1,57 @@
+"""Celery settings (read by `config_from_object(..., namespace="CELERY")`).
+
+Each non-obvious setting links the Celery docs entry that explains it:
+https://docs.celeryq.dev/en/stable/userguide/configuration.html
+"""
+
+from __future__ import annotations
+
+from config.env import env
+
+REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
+# Results live in the Job row; Celery's result backend is not used.
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+
+# JSON only: a pickle payload from the broker is code execution.
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+
+# #task-acks-late / #task-reject-on-worker-lost: a message is acknowledged only
+# after the attempt ends; a child killed mid-attempt puts it back on the queue.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# #worker-prefetch-multiplier: each child reserves at most one message.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# #worker-send-task-events / #task-send-sent-event: Flower needs events.
+CELERY_WORKER_SEND_TASK_EVENTS = True
+CELERY_TASK_SEND_SENT_EVENT = True
+# #worker-max-memory-per-child is in KiB; our setting is in bytes.
+JOBS_WORKER_MAX_MEMORY_PER_CHILD_BYTES = env.int(
+    "JOBS_WORKER_MAX_MEMORY_PER_CHILD_BYTES", default=512 * 1024 * 1024
+)
+CELERY_WORKER_MAX_MEMORY_PER_CHILD = JOBS_WORKER_MAX_MEMORY_PER_CHILD_BYTES // 1024
+CELERY_WORKER_MAX_TASKS_PER_CHILD = env.int("JOBS_WORKER_MAX_TASKS_PER_CHILD", default=1000)
+CELERY_WORKER_CONCURRENCY = env.int("JOBS_WORKER_CONCURRENCY", default=2)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# #worker-hijack-root-logger: keep Django's LOGGING.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# Fallback limits for a message that carries none (every job message carries its kind's).
+CELERY_TASK_SOFT_TIME_LIMIT = env.int("JOBS_DEFAULT_SOFT_TIME_LIMIT", default=60)
+CELERY_TASK_TIME_LIMIT = env.int("JOBS_DEFAULT_HARD_TIME_LIMIT", default=90)
+
+# #broker-transport-options: an unacked message is redelivered after the
+# visibility timeout; it must exceed the largest hard time limit, or a slow
+# attempt runs twice. `jobs.checks` verifies this at startup.
+JOBS_VISIBILITY_TIMEOUT = env.int("JOBS_VISIBILITY_TIMEOUT", default=3600)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": JOBS_VISIBILITY_TIMEOUT,
+    # Fail fast when Redis is down; the outbox sweep republishes later.
+    "socket_connect_timeout": 2,
+    "socket_timeout": 5,
+}
+# Publishing never blocks a request for long: the row is already durable.
+CELERY_TASK_PUBLISH_RETRY = False

@@ -1,0 +1,43 @@
+"""Settings of the job platform itself (JOBS_*)."""
+
+from __future__ import annotations
+
+from kombu import Queue
+
+from config.env import BASE_DIR, env
+
+# Queues the API accepts and the worker consumes, and the most ready messages
+# each may hold before the API answers 503 (backpressure).
+JOBS_QUEUES: list[str] = env.list("JOBS_QUEUES", default=["default"])
+JOBS_QUEUE_MAX_READY: int = env.int("JOBS_QUEUE_MAX_READY", default=10_000)
+# Per-queue override, e.g. "default=10000,reports=200".
+JOBS_QUEUE_MAX_READY_OVERRIDES: dict[str, int] = {
+    name: int(limit)
+    for name, limit in env.dict("JOBS_QUEUE_MAX_READY_OVERRIDES", default={}).items()
+}
+# Seconds a client is told to wait when a queue is full.
+JOBS_BACKPRESSURE_RETRY_AFTER: int = env.int("JOBS_BACKPRESSURE_RETRY_AFTER", default=5)
+# Largest accepted request body (bytes) for POST /api/jobs/.
+JOBS_MAX_REQUEST_BYTES: int = env.int("JOBS_MAX_REQUEST_BYTES", default=256 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = JOBS_MAX_REQUEST_BYTES * 2
+
+# Per-kind policy overrides as JSON, e.g.
+# {"demo.flaky": {"max_attempts": 3, "backoff_base": 0.2, "soft_time_limit": 5}}
+JOBS_KIND_OVERRIDES: dict = env.json("JOBS_KIND_OVERRIDES", default={})
+
+# Scheduler: how often it looks for due retries and unpublished rows (seconds),
+# how old an unpublished row must be before the sweep republishes it, and how
+# many rows one pass handles.
+JOBS_SCHEDULER_INTERVAL: float = env.float("JOBS_SCHEDULER_INTERVAL", default=0.25)
+JOBS_SWEEP_UNPUBLISHED_AFTER: float = env.float("JOBS_SWEEP_UNPUBLISHED_AFTER", default=5.0)
+JOBS_SCHEDULER_BATCH: int = env.int("JOBS_SCHEDULER_BATCH", default=500)
+# Extra seconds past the hard time limit before a running attempt's lease is
+# treated as expired (the attempt can no longer be alive).
+JOBS_LEASE_GRACE: float = env.float("JOBS_LEASE_GRACE", default=30.0)
+
+# Local files `report.csv_summary` may read: only below these directories.
+JOBS_CSV_ROOTS: list[str] = env.list("JOBS_CSV_ROOTS", default=[str(BASE_DIR / "var" / "data")])
+
+# The worker consumes every configured queue.
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_QUEUES = [Queue(name) for name in JOBS_QUEUES]

@@ -1,0 +1,13 @@
+"""Production: the secret key and database URL are required and have no default."""
+
+from config.settings.base import *  # noqa: F403
+from config.settings.base import env
+
+DEBUG = False
+# Missing variables fail at boot with "Set the DJANGO_SECRET_KEY environment variable".
+SECRET_KEY = env.str("DJANGO_SECRET_KEY")
+DATABASES = {"default": env.db_url("DATABASE_URL")}
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+SESSION_COOKIE_SECURE = True
+CSRF_COOKIE_SECURE = True

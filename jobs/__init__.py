@@ -1,0 +1,1 @@
+"""The job domain: jobs, attempts, kinds, retry policy and their services."""

@@ -1,0 +1,107 @@
+"""One error shape for every API error.
+
+    {"detail": "<summary>", "errors": [{"field": "payload.url", "reason": "..."}]}
+
+`field` is a dotted path into the request ("body" for the body as a whole).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from jobs.errors import (
+    IdempotencyConflict,
+    InvalidSubmission,
+    InvalidTransition,
+    JobsError,
+    QueueFull,
+)
+
+
+def error_response(
+    *,
+    status_code: int,
+    detail: str,
+    errors: list[dict[str, str]],
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """A Response in the API's error shape."""
+    return Response({"detail": detail, "errors": errors}, status=status_code, headers=headers)
+
+
+def _field_errors(detail: Any, prefix: str = "") -> list[dict[str, str]]:
+    if isinstance(detail, dict):
+        out = []
+        for key, value in detail.items():
+            name = (
+                prefix
+                if key in ("non_field_errors", "detail")
+                else (f"{prefix}.{key}" if prefix else str(key))
+            )
+            out.extend(_field_errors(value, name or "body"))
+        return out
+    if isinstance(detail, list):
+        out = []
+        for item in detail:
+            out.extend(_field_errors(item, prefix))
+        return out
+    return [{"field": prefix or "body", "reason": str(detail)}]
+
+
+def domain_error_response(exc: JobsError) -> Response:
+    """Translate a service error into its HTTP answer."""
+    if isinstance(exc, InvalidSubmission):
+        errors = [{"field": f, "reason": r} for f, reasons in exc.errors.items() for r in reasons]
+        return error_response(status_code=400, detail="Invalid job submission.", errors=errors)
+    if isinstance(exc, QueueFull):
+        return error_response(
+            status_code=503,
+            detail=str(exc),
+            errors=[{"field": "queue", "reason": str(exc)}],
+            headers={"Retry-After": str(exc.retry_after)},
+        )
+    if isinstance(exc, IdempotencyConflict | InvalidTransition):
+        return error_response(
+            status_code=409,
+            detail=str(exc),
+            errors=[{"field": exc.field or "body", "reason": str(exc)}],
+        )
+    return error_response(
+        status_code=400,
+        detail=str(exc),
+        errors=[{"field": exc.field or "body", "reason": str(exc)}],
+    )
+
+
+def exception_handler(exc: Exception, context: dict) -> Response | None:
+    """DRF exception handler producing the shape above."""
+    if isinstance(exc, JobsError):
+        return domain_error_response(exc)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        errors = _field_errors(exc.detail)
+        response.data = {"detail": "Invalid request.", "errors": errors}
+    elif isinstance(exc, exceptions.ParseError):
+        response.data = {
+            "detail": str(exc.detail),
+            "errors": [{"field": "body", "reason": str(exc.detail)}],
+        }
+    elif response.status_code == status.HTTP_413_REQUEST_ENTITY_TOO_LARGE:
+        response.data = {
+            "detail": str(exc.detail),
+            "errors": [{"field": "body", "reason": str(exc.detail)}],
+        }
+    elif isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        response.data = {
+            "detail": str(exc.detail),
+            "errors": [{"field": "Authorization", "reason": str(exc.detail)}],
+        }
+    elif isinstance(response.data, dict) and "detail" in response.data:
+        response.data = {"detail": str(response.data["detail"]), "errors": []}
+    return response

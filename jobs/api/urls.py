@@ -1,0 +1,12 @@
+"""Routes of the jobs API under /api/."""
+
+from rest_framework.routers import DefaultRouter
+
+from jobs.api.views import JobViewSet
+
+app_name = "jobs-api"
+
+router = DefaultRouter()
+router.register("jobs", JobViewSet, basename="job")
+
+urlpatterns = router.urls

@@ -1,0 +1,109 @@
+"""Thin views: validate the request, call one service or selector, translate errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.reverse import reverse
+
+from jobs import selectors, services
+from jobs.api.serializers import (
+    JobAcceptedSerializer,
+    JobListSerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+)
+from jobs.models import Job, JobStatus
+
+
+class JobViewSet(viewsets.GenericViewSet):
+    """Submit, list, inspect, cancel and requeue jobs."""
+
+    serializer_class = JobSerializer
+    lookup_value_regex = "[0-9a-fA-F-]{36}"
+
+    def get_queryset(self) -> Any:
+        return selectors.job_list(
+            status=self.request.query_params.get("status") or None,
+            kind=self.request.query_params.get("kind") or None,
+        )
+
+    def _get_job(self, pk: str) -> Job:
+        job = selectors.job_get(job_id=pk)
+        if job is None:
+            raise Http404("No job with that id.")
+        return job
+
+    @extend_schema(
+        request=JobSubmitSerializer,
+        responses={202: JobAcceptedSerializer, 200: JobAcceptedSerializer},
+        parameters=[
+            OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False)
+        ],
+    )
+    def create(self, request: Request) -> Response:
+        serializer = JobSubmitSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        key = data.get("idempotency_key") or request.headers.get("Idempotency-Key") or None
+        result = services.job_submit(
+            kind=data["kind"],
+            payload=data["payload"],
+            queue=data.get("queue"),
+            idempotency_key=key,
+            user=request.user,
+        )
+        url = reverse("jobs-api:job-detail", kwargs={"pk": result.job.pk}, request=request)
+        body = {"id": str(result.job.pk), "status": result.job.status, "url": url}
+        code = status.HTTP_202_ACCEPTED if result.created else status.HTTP_200_OK
+        return Response(body, status=code, headers={"Location": url})
+
+    @extend_schema(
+        responses=JobListSerializer(many=True),
+        parameters=[
+            OpenApiParameter("status", str, enum=[s.value for s in JobStatus]),
+            OpenApiParameter("kind", str),
+        ],
+    )
+    def list(self, request: Request) -> Response:
+        status_filter = request.query_params.get("status")
+        if status_filter and status_filter not in JobStatus.values:
+            return Response(
+                {
+                    "detail": "Invalid filter.",
+                    "errors": [
+                        {
+                            "field": "status",
+                            "reason": f"must be one of {', '.join(JobStatus.values)}",
+                        }
+                    ],
+                },
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(
+            JobListSerializer(page, many=True, context={"request": request}).data
+        )
+
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response(JobSerializer(self._get_job(pk), context={"request": request}).data)
+
+    @extend_schema(request=None, responses=JobSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        self._get_job(pk)
+        services.job_cancel(job_id=pk)
+        return Response(JobSerializer(self._get_job(pk), context={"request": request}).data)
+
+    @extend_schema(request=None, responses=JobSerializer)
+    @action(detail=True, methods=["post"])
+    def requeue(self, request: Request, pk: str) -> Response:
+        self._get_job(pk)
+        services.job_requeue(job_id=pk)
+        return Response(JobSerializer(self._get_job(pk), context={"request": request}).data)

@@ -1,0 +1,12 @@
+"""App config: loads the built-in kinds into the registry at startup."""
+
+from django.apps import AppConfig
+
+
+class JobsConfig(AppConfig):
+    name = "jobs"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Importing the kinds package registers every built-in kind.
+        from jobs import checks, kinds  # noqa: F401

@@ -1,0 +1,61 @@
+"""Read-only views of the Redis broker: ready messages per queue.
+
+Kombu's Redis transport stores a queue with priorities as several lists: the
+queue's own name for priority 0 and `name + "\\x06\\x16" + step` for the other
+priority steps (kombu.transport.redis.Channel._q_for_pri), all under the
+transport's `global_keyprefix`. Counting only the plain list misses messages
+(celery-exporter issue 272); this counts all of them in one round trip.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import redis
+from django.conf import settings
+from kombu.transport.redis import PRIORITY_STEPS
+
+PRIORITY_SEP = "\x06\x16"
+
+
+@functools.cache
+def _client(url: str) -> redis.Redis:
+    options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
+    return redis.Redis.from_url(
+        url,
+        socket_connect_timeout=options.get("socket_connect_timeout", 2),
+        socket_timeout=options.get("socket_timeout", 5),
+    )
+
+
+def broker_client() -> redis.Redis:
+    """A Redis client for the broker URL (one connection pool per process)."""
+    return _client(settings.CELERY_BROKER_URL)
+
+
+def queue_keys(queue: str) -> list[str]:
+    """Every Redis list that holds ready messages of `queue`."""
+    prefix = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("global_keyprefix", "")
+    steps = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("priority_steps", PRIORITY_STEPS)
+    return [
+        f"{prefix}{queue}{PRIORITY_SEP}{step}" if step else f"{prefix}{queue}" for step in steps
+    ]
+
+
+def ready_counts(queues: list[str]) -> dict[str, int]:
+    """Ready (published, not yet reserved) messages per queue, in one pipeline.
+
+    Raises redis.RedisError when the broker cannot be reached.
+    """
+    pipe = broker_client().pipeline(transaction=False)
+    key_lists = [queue_keys(q) for q in queues]
+    for keys in key_lists:
+        for key in keys:
+            pipe.llen(key)
+    results = pipe.execute()
+    counts: dict[str, int] = {}
+    position = 0
+    for queue, keys in zip(queues, key_lists, strict=True):
+        counts[queue] = sum(results[position : position + len(keys)])
+        position += len(keys)
+    return counts

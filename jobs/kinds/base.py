@@ -1,0 +1,96 @@
+"""The contract every job kind follows.
+
+A kind is plain code: a payload schema (a DRF serializer), a Policy, a default
+queue and `run(payload, ctx)`. It never touches Celery. It signals failures by
+raising RetryableError (try again, optionally not before `retry_after`
+seconds) or PermanentError (dead-letter now); any other exception is retried
+when the kind's policy says so.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from rest_framework import serializers
+
+from jobs.policy import Policy
+
+
+class JobError(Exception):
+    """Base of the errors a kind raises on purpose."""
+
+
+class RetryableError(JobError):
+    """A transient failure. `retry_after` (seconds) is the least delay before the next attempt."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PermanentError(JobError):
+    """A failure that no retry can fix (bad input, 4xx from a receiver): dead-letter now."""
+
+
+class Cancelled(JobError):
+    """Raised by `AttemptContext.raise_if_cancelled` when the job was cancelled."""
+
+
+@dataclass(frozen=True)
+class AttemptContext:
+    """What a running attempt may know about itself.
+
+    `soft_deadline` and `hard_deadline` are Unix times (seconds); past the
+    soft one the attempt is recorded `soft_timeout` whatever it returns, past
+    the hard one the child is killed. `cancel_event` is set when the job is
+    cancelled or the soft limit fires; long loops should poll `cancelled`.
+    """
+
+    job_id: uuid.UUID
+    kind: str
+    attempt: int
+    max_attempts: int
+    soft_deadline: float
+    hard_deadline: float
+    cancel_event: threading.Event = field(default_factory=threading.Event, compare=False)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel_event.is_set()
+
+    def remaining(self) -> float:
+        """Seconds left before the soft time limit (never negative)."""
+        return max(0.0, self.soft_deadline - time.time())
+
+    def raise_if_cancelled(self) -> None:
+        """Raise Cancelled when the cancellation flag is set."""
+        if self.cancel_event.is_set():
+            raise Cancelled(f"job {self.job_id} attempt {self.attempt} was cancelled")
+
+
+class Kind:
+    """Base class of job kinds. Subclasses set the class attributes and `run`."""
+
+    name: ClassVar[str]
+    payload_serializer: ClassVar[type[serializers.Serializer]]
+    policy: ClassVar[Policy] = Policy()
+    queue: ClassVar[str] = "default"
+
+    def validate_payload(self, payload: Any) -> dict[str, Any]:
+        """Validated, normalised payload.
+
+        Raises rest_framework.exceptions.ValidationError naming each bad field.
+        """
+        if not isinstance(payload, dict):
+            raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
+        serializer = self.payload_serializer(data=payload)
+        serializer.is_valid(raise_exception=True)
+        return dict(serializer.validated_data)
+
+    def run(self, payload: dict[str, Any], ctx: AttemptContext) -> Any:
+        """Do the work once; return a JSON-serialisable result. Raise to fail."""
+        raise NotImplementedError

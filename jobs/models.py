@@ -1,0 +1,132 @@
+"""Job and Attempt rows: the database is the source of truth for every job.
+
+States follow DESIGN.md ("Job lifecycle"): queued -> running -> succeeded;
+running -> retrying -> queued; running -> dead; any non-terminal -> cancelled.
+Only `jobs.services` changes them.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATUSES: frozenset[str] = frozenset(
+    {JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED}
+)
+
+
+class DeadReason(models.TextChoices):
+    EXHAUSTED = "exhausted"  # retryable failures used up max_attempts
+    ERROR = "error"  # a non-retryable error
+    POISON = "poison"  # the message kept killing its worker
+    BUDGET = "budget"  # the kind's retry budget was spent
+
+
+class AttemptOutcome(models.TextChoices):
+    SUCCEEDED = "succeeded"
+    ERROR = "error"
+    SOFT_TIMEOUT = "soft_timeout"
+    HARD_TIMEOUT = "hard_timeout"
+    WORKER_LOST = "worker_lost"
+    CANCELLED = "cancelled"
+
+
+class Job(models.Model):
+    """One unit of background work of a registered kind.
+
+    Timestamps are UTC. `attempts_made` counts Attempt rows started;
+    `next_attempt_at` is set while `retrying`; `lease_expires_at` bounds how
+    long the current attempt may still be alive (hard limit + grace).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=100)
+    queue = models.CharField(max_length=100, default="default")
+    payload = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=JobStatus, default=JobStatus.QUEUED)
+    attempts_made = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField()
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    request_fingerprint = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    published_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    dead_reason = models.CharField(max_length=16, choices=DeadReason, blank=True, default="")
+    created_by = models.ForeignKey(
+        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="jobs_job_unique_idempotency_key_per_kind",
+            )
+        ]
+        indexes = [
+            # Scheduler: due retries.
+            models.Index(fields=["status", "next_attempt_at"], name="jobs_job_status_next_idx"),
+            # Scheduler sweep: queued rows never published; oldest-queued age.
+            models.Index(
+                fields=["status", "published_at", "enqueued_at"], name="jobs_job_outbox_idx"
+            ),
+            # List API filters.
+            models.Index(fields=["kind", "status", "created_at"], name="jobs_job_kind_status_idx"),
+            models.Index(fields=["status", "created_at"], name="jobs_job_status_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class Attempt(models.Model):
+    """One execution of a job. RSS figures are bytes of the worker child."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    worker_hostname = models.CharField(max_length=255, blank=True, default="")
+    worker_pid = models.PositiveIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, choices=AttemptOutcome, blank=True, default="")
+    error_type = models.CharField(max_length=255, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    rss_before_bytes = models.BigIntegerField(null=True, blank=True)
+    rss_after_bytes = models.BigIntegerField(null=True, blank=True)
+    # Seconds the job waits before the next attempt, when this one led to a retry.
+    retry_delay_seconds = models.FloatField(null=True, blank=True)
+    trace_id = models.CharField(max_length=32, blank=True, default="")
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "number"], name="jobs_attempt_unique_number")
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of {self.job_id}: {self.outcome or 'running'}"

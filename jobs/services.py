@@ -1,0 +1,511 @@
+"""Services: the only writers of job state.
+
+Submit, publish, start and finish attempts, promote retries, sweep the
+outbox and expired leases, cancel and requeue. Every state change follows
+DESIGN.md ("Job lifecycle", "Retries") and happens inside a transaction that
+locks the job row, so concurrent workers, the scheduler and the API never
+interleave on one job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psutil
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+from rest_framework.exceptions import ValidationError
+
+from jobs import selectors
+from jobs.errors import IdempotencyConflict, InvalidSubmission, InvalidTransition, QueueFull
+from jobs.kinds import UnknownKind, get_kind, policy_for
+from jobs.models import Attempt, AttemptOutcome, DeadReason, Job, JobStatus
+from jobs.policy import Policy
+
+logger = logging.getLogger(__name__)
+
+# An attempt that ended with one of these may be retried (policy permitting).
+RETRYABLE_OUTCOMES = frozenset(
+    {
+        AttemptOutcome.ERROR,
+        AttemptOutcome.SOFT_TIMEOUT,
+        AttemptOutcome.HARD_TIMEOUT,
+        AttemptOutcome.WORKER_LOST,
+    }
+)
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """`created` is False when an idempotent resubmission returned the existing job."""
+
+    job: Job
+    created: bool
+
+
+@dataclass(frozen=True)
+class StartedAttempt:
+    """What the runner needs to execute one attempt."""
+
+    job_id: uuid.UUID
+    kind: str
+    payload: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    policy: Policy
+
+
+@dataclass(frozen=True)
+class AttemptReport:
+    """How an attempt ended, as the runner saw it.
+
+    `retryable` is whether the failure may be retried; `retry_after` is the
+    least delay (seconds) the failure asked for.
+    """
+
+    outcome: AttemptOutcome
+    result: Any = None
+    error_type: str = ""
+    error_message: str = ""
+    traceback: str = ""
+    retryable: bool = True
+    retry_after: float | None = None
+
+
+def request_fingerprint(*, kind: str, queue: str, payload: Any) -> str:
+    """SHA-256 hex of the canonical JSON of (kind, queue, payload)."""
+    canonical = json.dumps(
+        {"kind": kind, "queue": queue, "payload": payload},
+        sort_keys=True,
+        separators=(",", ":"),
+        default=str,
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _flatten_errors(detail: Any, prefix: str) -> dict[str, list[str]]:
+    if isinstance(detail, dict):
+        out: dict[str, list[str]] = {}
+        for key, value in detail.items():
+            name = prefix if key == "non_field_errors" else f"{prefix}.{key}"
+            for k, v in _flatten_errors(value, name).items():
+                out.setdefault(k, []).extend(v)
+        return out
+    if isinstance(detail, list) and detail and all(isinstance(d, str) for d in detail):
+        return {prefix: [str(d) for d in detail]}
+    if isinstance(detail, list):
+        out = {}
+        for i, item in enumerate(detail):
+            for k, v in _flatten_errors(item, f"{prefix}.{i}").items():
+                out.setdefault(k, []).extend(v)
+        return out
+    return {prefix: [str(detail)]}
+
+
+def job_submit(
+    *,
+    kind: str,
+    payload: Any,
+    queue: str | None = None,
+    idempotency_key: str | None = None,
+    user: Any = None,
+) -> SubmitResult:
+    """Validate and durably record a job, then publish it when the transaction commits.
+
+    Returns SubmitResult(job, created). Raises InvalidSubmission (unknown
+    kind, bad payload or queue), IdempotencyConflict (key reused with another
+    request) or QueueFull (backpressure). Nothing is written when it raises.
+    """
+    try:
+        job_kind = get_kind(kind)
+    except UnknownKind as exc:
+        raise InvalidSubmission({"kind": [str(exc)]}) from None
+    try:
+        validated = job_kind.validate_payload(payload)
+    except ValidationError as exc:
+        raise InvalidSubmission(_flatten_errors(exc.detail, "payload")) from None
+    queue = queue or job_kind.queue
+    if queue not in settings.JOBS_QUEUES:
+        raise InvalidSubmission(
+            {"queue": [f"unknown queue {queue!r}; known: {', '.join(settings.JOBS_QUEUES)}"]}
+        )
+    fingerprint = request_fingerprint(kind=kind, queue=queue, payload=validated)
+
+    if idempotency_key:
+        existing = Job.objects.filter(kind=kind, idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return _idempotent_match(existing, fingerprint)
+
+    limit = selectors.queue_max_ready(queue=queue)
+    if selectors.queue_ready_count(queue=queue) >= limit:
+        raise QueueFull(
+            f"queue {queue!r} holds its maximum of {limit} ready jobs",
+            retry_after=settings.JOBS_BACKPRESSURE_RETRY_AFTER,
+        )
+
+    policy = policy_for(kind)
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            job = Job.objects.create(
+                kind=kind,
+                queue=queue,
+                payload=validated,
+                status=JobStatus.QUEUED,
+                max_attempts=policy.max_attempts,
+                idempotency_key=idempotency_key or None,
+                request_fingerprint=fingerprint,
+                enqueued_at=now,
+                created_by=user if getattr(user, "is_authenticated", False) else None,
+            )
+            transaction.on_commit(lambda: job_publish(job_id=job.id))
+    except IntegrityError:
+        # Lost a race with a concurrent submission of the same key.
+        existing = Job.objects.filter(kind=kind, idempotency_key=idempotency_key).first()
+        if idempotency_key and existing is not None:
+            return _idempotent_match(existing, fingerprint)
+        raise
+    logger.info("job submitted job_id=%s kind=%s queue=%s", job.id, kind, queue)
+    return SubmitResult(job=job, created=True)
+
+
+def _idempotent_match(existing: Job, fingerprint: str) -> SubmitResult:
+    if existing.request_fingerprint != fingerprint:
+        raise IdempotencyConflict(
+            f"idempotency key already used for job {existing.id} with a different request"
+        )
+    return SubmitResult(job=existing, created=False)
+
+
+def job_publish(*, job_id: uuid.UUID) -> bool:
+    """Publish the message that starts the job's next attempt; record `published_at`.
+
+    Returns False (and logs) when the job is not waiting for a publish or the
+    broker refused; the outbox sweep tries again later. Never raises for a
+    broker outage.
+    """
+    from jobs.tasks import run_attempt_task
+
+    job = (
+        Job.objects.filter(id=job_id, status=JobStatus.QUEUED)
+        .only("kind", "queue", "attempts_made")
+        .first()
+    )
+    if job is None:
+        return False
+    attempt = job.attempts_made + 1
+    policy = policy_for(job.kind)
+    try:
+        run_attempt_task.apply_async(
+            args=[str(job.id), attempt],
+            queue=job.queue,
+            task_id=f"{job.id}:{attempt}",
+            soft_time_limit=policy.soft_time_limit,
+            time_limit=policy.hard_time_limit,
+            retry=False,
+        )
+    except Exception as exc:  # kombu/redis raise many types for one outage
+        logger.warning(
+            "publish failed job_id=%s attempt=%s: %s: %s", job.id, attempt, type(exc).__name__, exc
+        )
+        return False
+    # Only stamp the attempt we published: a later attempt waiting for its own
+    # publish must keep published_at NULL so the sweep still sees it.
+    Job.objects.filter(id=job.id, published_at__isnull=True).filter(
+        Q(status=JobStatus.QUEUED, attempts_made=attempt - 1)
+        | (Q(attempts_made=attempt) & ~Q(status=JobStatus.QUEUED))
+    ).update(published_at=timezone.now())
+    return True
+
+
+def _attempt_provably_over(previous: Attempt, job: Job, *, now: datetime, hostname: str) -> bool:
+    """Whether the attempt `previous` can no longer be running.
+
+    True when its lease has expired, or it ran on this host in a process
+    that is gone or is this very process (a prefork child runs one task at a
+    time, so a redelivery it receives cannot overlap its own earlier attempt).
+    """
+    if job.lease_expires_at is not None and job.lease_expires_at < now:
+        return True
+    if previous.worker_hostname == hostname and previous.worker_pid:
+        if previous.worker_pid == os.getpid():
+            return True
+        try:
+            process = psutil.Process(previous.worker_pid)
+            return process.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+    return False
+
+
+def attempt_start(
+    *, job_id: uuid.UUID | str, attempt: int, hostname: str, pid: int, rss_bytes: int | None
+) -> StartedAttempt | None:
+    """Begin attempt number `attempt`, or return None to drop the delivery unrun.
+
+    A delivery is dropped when the job is gone or terminal, the attempt
+    number is stale, or the same attempt may still be live elsewhere (one
+    live attempt per job). A redelivery of an attempt whose worker is
+    provably gone records that attempt `worker_lost` and lets the retry
+    policy decide what follows.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(id=job_id).first()
+        if job is None or job.is_terminal:
+            return None
+        if job.status == JobStatus.RUNNING and job.attempts_made == attempt:
+            previous = job.attempts.filter(number=attempt).first()
+            if previous is None or not _attempt_provably_over(
+                previous, job, now=now, hostname=hostname
+            ):
+                logger.warning("duplicate delivery dropped job_id=%s attempt=%s", job_id, attempt)
+                return None
+            _record_failure(
+                job,
+                previous,
+                AttemptReport(
+                    outcome=AttemptOutcome.WORKER_LOST,
+                    error_type="WorkerLostError",
+                    error_message="the worker process running this attempt died",
+                ),
+                now=now,
+            )
+            return None
+        if job.status != JobStatus.QUEUED or job.attempts_made != attempt - 1:
+            logger.info(
+                "stale delivery dropped job_id=%s attempt=%s status=%s", job_id, attempt, job.status
+            )
+            return None
+        policy = policy_for(job.kind)
+        job.status = JobStatus.RUNNING
+        job.attempts_made = attempt
+        job.started_at = job.started_at or now
+        job.lease_expires_at = now + timedelta(
+            seconds=policy.hard_time_limit + settings.JOBS_LEASE_GRACE
+        )
+        job.save(update_fields=["status", "attempts_made", "started_at", "lease_expires_at"])
+        Attempt.objects.create(
+            job=job,
+            number=attempt,
+            worker_hostname=hostname,
+            worker_pid=pid,
+            started_at=now,
+            rss_before_bytes=rss_bytes,
+        )
+    logger.info("attempt started job_id=%s kind=%s attempt=%s", job.id, job.kind, attempt)
+    return StartedAttempt(
+        job_id=job.id,
+        kind=job.kind,
+        payload=job.payload,
+        attempt=attempt,
+        max_attempts=job.max_attempts,
+        policy=policy,
+    )
+
+
+def attempt_finish(
+    *, job_id: uuid.UUID | str, attempt: int, report: AttemptReport, rss_bytes: int | None = None
+) -> str | None:
+    """Record how attempt `attempt` ended and move the job on by the retry policy.
+
+    Returns the job's new status, or None when the attempt had already been
+    recorded (by the lease sweep, say) or the job has moved on (cancelled).
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(id=job_id).first()
+        if job is None:
+            return None
+        row = job.attempts.filter(number=attempt).first()
+        if row is None or row.finished_at is not None:
+            return None
+        row.rss_after_bytes = rss_bytes
+        if job.status != JobStatus.RUNNING or job.attempts_made != attempt:
+            _close_attempt(row, report, now=now)
+            return None
+        if report.outcome == AttemptOutcome.SUCCEEDED:
+            _close_attempt(row, report, now=now)
+            job.status = JobStatus.SUCCEEDED
+            job.result = report.result
+            job.finished_at = now
+            job.lease_expires_at = None
+            job.save(update_fields=["status", "result", "finished_at", "lease_expires_at"])
+        else:
+            _record_failure(job, row, report, now=now)
+    logger.info(
+        "attempt finished job_id=%s kind=%s attempt=%s outcome=%s status=%s",
+        job.id,
+        job.kind,
+        attempt,
+        report.outcome,
+        job.status,
+    )
+    return job.status
+
+
+def _close_attempt(row: Attempt, report: AttemptReport, *, now: datetime) -> None:
+    row.finished_at = now
+    row.outcome = report.outcome
+    row.error_type = report.error_type[:255]
+    row.error_message = report.error_message[:10_000]
+    row.traceback = report.traceback[-20_000:]
+    row.save()
+
+
+def _record_failure(job: Job, row: Attempt, report: AttemptReport, *, now: datetime) -> None:
+    """Close a failed attempt and send the job to `retrying` or `dead` by its policy."""
+    policy = policy_for(job.kind)
+    job.last_error = f"{report.error_type}: {report.error_message}"[:10_000]
+    job.lease_expires_at = None
+    retryable = report.retryable and report.outcome in RETRYABLE_OUTCOMES
+    if not retryable:
+        job.status, job.dead_reason, job.finished_at = JobStatus.DEAD, DeadReason.ERROR, now
+    elif job.attempts_made >= job.max_attempts:
+        job.status, job.dead_reason, job.finished_at = JobStatus.DEAD, DeadReason.EXHAUSTED, now
+    else:
+        delay = policy.retry_delay(job.attempts_made, retry_after=report.retry_after)
+        row.retry_delay_seconds = delay
+        job.status = JobStatus.RETRYING
+        job.next_attempt_at = now + timedelta(seconds=delay)
+    _close_attempt(row, report, now=now)
+    job.save(
+        update_fields=[
+            "status",
+            "dead_reason",
+            "finished_at",
+            "next_attempt_at",
+            "last_error",
+            "lease_expires_at",
+        ]
+    )
+
+
+def attempt_interrupted(
+    *, job_id: uuid.UUID | str, attempt: int, outcome: AttemptOutcome, message: str
+) -> str | None:
+    """Record an attempt ended from outside its process (hard time limit, worker lost).
+
+    Returns the job's new status, or None when nothing was left to record.
+    """
+    report = AttemptReport(
+        outcome=outcome, error_type=outcome.label.replace(" ", ""), error_message=message
+    )
+    return attempt_finish(job_id=job_id, attempt=attempt, report=report)
+
+
+def retries_promote_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Move due `retrying` jobs back to `queued` and publish them on commit.
+
+    Returns how many were promoted. Safe to run in several schedulers at once.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        ids = list(
+            selectors.jobs_due_for_retry(now=now, limit=limit)
+            .select_for_update(skip_locked=True)
+            .values_list("id", flat=True)
+        )
+        if not ids:
+            return 0
+        Job.objects.filter(id__in=ids, status=JobStatus.RETRYING).update(
+            status=JobStatus.QUEUED, next_attempt_at=None, enqueued_at=now, published_at=None
+        )
+        transaction.on_commit(lambda: [job_publish(job_id=i) for i in ids])
+    return len(ids)
+
+
+def outbox_sweep(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Republish queued jobs left unpublished past JOBS_SWEEP_UNPUBLISHED_AFTER seconds.
+
+    Returns how many were published.
+    """
+    now = now or timezone.now()
+    before = now - timedelta(seconds=settings.JOBS_SWEEP_UNPUBLISHED_AFTER)
+    ids = list(
+        selectors.jobs_unpublished(enqueued_before=before, limit=limit).values_list("id", flat=True)
+    )
+    published = 0
+    for job_id in ids:
+        if not job_publish(job_id=job_id):
+            break  # the broker is down: try the rest on the next pass
+        published += 1
+    if ids:
+        logger.info("outbox sweep published %s of %s unpublished jobs", published, len(ids))
+    return published
+
+
+def leases_expire(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Record running attempts past their lease as `worker_lost` and apply the retry policy.
+
+    Returns how many attempts were closed.
+    """
+    now = now or timezone.now()
+    closed = 0
+    for job in selectors.jobs_lease_expired(now=now, limit=limit).only("id", "attempts_made"):
+        status = attempt_interrupted(
+            job_id=job.id,
+            attempt=job.attempts_made,
+            outcome=AttemptOutcome.WORKER_LOST,
+            message="lease expired: no worker finished this attempt",
+        )
+        closed += status is not None
+    return closed
+
+
+def job_cancel(*, job_id: uuid.UUID | str) -> Job:
+    """Cancel a non-terminal job. A running attempt's result will be discarded.
+
+    Raises Job.DoesNotExist, or InvalidTransition when the job is terminal.
+    """
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(id=job_id)
+        if job.is_terminal:
+            raise InvalidTransition(
+                f"job is {job.status}; only queued, retrying or running jobs can be cancelled"
+            )
+        job.status = JobStatus.CANCELLED
+        job.finished_at = timezone.now()
+        job.next_attempt_at = None
+        job.save(update_fields=["status", "finished_at", "next_attempt_at"])
+    logger.info("job cancelled job_id=%s kind=%s", job.id, job.kind)
+    return job
+
+
+def job_requeue(*, job_id: uuid.UUID | str) -> Job:
+    """Give a dead job a fresh set of attempts and queue it again.
+
+    Raises Job.DoesNotExist, or InvalidTransition unless the job is dead.
+    """
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(id=job_id)
+        if job.status != JobStatus.DEAD:
+            raise InvalidTransition(f"job is {job.status}; only dead jobs can be requeued")
+        job.status = JobStatus.QUEUED
+        job.max_attempts = job.attempts_made + policy_for(job.kind).max_attempts
+        job.dead_reason = ""
+        job.finished_at = None
+        job.enqueued_at = timezone.now()
+        job.published_at = None
+        job.save(
+            update_fields=[
+                "status",
+                "max_attempts",
+                "dead_reason",
+                "finished_at",
+                "enqueued_at",
+                "published_at",
+            ]
+        )
+        transaction.on_commit(lambda: job_publish(job_id=job.id))
+    logger.info("job requeued job_id=%s kind=%s", job.id, job.kind)
+    return job

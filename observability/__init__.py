@@ -1,0 +1,1 @@
+"""Telemetry of jobs and workers: memory, metrics, tracing."""
