@@ -58,7 +58,8 @@ class Job(models.Model):
     status = models.CharField(max_length=16, choices=JobStatus, default=JobStatus.QUEUED)
     attempts_made = models.PositiveIntegerField(default=0)
     max_attempts = models.PositiveIntegerField()
-    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    # NULL, not "", when absent: the unique constraint must not match two jobs without a key.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     request_fingerprint = models.CharField(max_length=64)
     created_at = models.DateTimeField(auto_now_add=True)
     enqueued_at = models.DateTimeField(null=True, blank=True)
