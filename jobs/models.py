@@ -68,6 +68,10 @@ class Job(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Broker deliveries that reached a worker (run or dropped), and attempts
+    # that ended with the worker process lost: the poison-message count.
+    deliveries = models.PositiveIntegerField(default=0)
+    worker_losses = models.PositiveIntegerField(default=0)
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     dead_reason = models.CharField(max_length=16, choices=DeadReason, blank=True, default="")

@@ -10,7 +10,6 @@ import gc
 import json
 import logging
 import os
-import threading
 import time
 import traceback
 import uuid
@@ -23,6 +22,7 @@ from jobs.kinds import AttemptContext, Cancelled, Kind, PermanentError, Retryabl
 from jobs.models import AttemptOutcome
 from jobs.policy import Policy
 from jobs.services import AttemptReport
+from jobs.supervisor import AttemptAbort, supervisor
 from observability.memory import rss_bytes
 
 logger = logging.getLogger(__name__)
@@ -78,32 +78,50 @@ def _finish(*, job_id: str, attempt: int, report: AttemptReport) -> str | None:
 def run_kind(
     kind: Kind, payload: dict[str, Any], ctx: AttemptContext, policy: Policy
 ) -> AttemptReport:
-    """Execute `kind.run` and classify how it ended. Never raises.
+    """Execute `kind.run` under the supervisor and classify how it ended. Never raises
+    (except SystemExit and KeyboardInterrupt, which belong to the worker).
 
     An attempt that returns after its soft deadline is `soft_timeout`, even
-    when the kind swallowed SoftTimeLimitExceeded. The context's cancel flag
-    is set when the soft deadline passes.
+    when the kind swallowed SoftTimeLimitExceeded; one that ignores its
+    cancellation flag is ended by AttemptAbort (jobs.supervisor).
     """
-    timer = threading.Timer(max(0.0, ctx.soft_deadline - time.time()), ctx.cancel_event.set)
-    timer.daemon = True
-    timer.start()
+    error: BaseException | None = None
+    result: Any = None
+    supervisor.watch(ctx)
     try:
-        result = kind.run(payload, ctx)
-    except SoftTimeLimitExceeded as exc:
-        return _failure(AttemptOutcome.SOFT_TIMEOUT, exc, retryable=True)
-    except Cancelled as exc:
-        if time.time() >= ctx.soft_deadline:
-            return _failure(AttemptOutcome.SOFT_TIMEOUT, exc, retryable=True)
-        return _failure(AttemptOutcome.CANCELLED, exc, retryable=False)
-    except RetryableError as exc:
-        return _failure(AttemptOutcome.ERROR, exc, retryable=True, retry_after=exc.retry_after)
-    except PermanentError as exc:
-        return _failure(AttemptOutcome.ERROR, exc, retryable=False)
-    except Exception as exc:
-        return _failure(AttemptOutcome.ERROR, exc, retryable=policy.retry_unexpected_errors)
-    finally:
-        timer.cancel()
-    if time.time() >= ctx.soft_deadline:
+        try:
+            result = kind.run(payload, ctx)
+        except BaseException as exc:
+            error = exc
+        flagged = supervisor.unwatch()
+    except AttemptAbort as late:  # landed after run() returned, before unwatch()
+        error = error or late
+        flagged = supervisor.unwatch() or late.reason
+    if isinstance(error, SystemExit | KeyboardInterrupt):
+        raise error
+    late_return = time.time() >= ctx.soft_deadline
+    if isinstance(error, AttemptAbort):
+        reason = error.reason
+        outcome = AttemptOutcome.CANCELLED if reason == "cancelled" else AttemptOutcome.SOFT_TIMEOUT
+        return _failure(outcome, error, retryable=outcome == AttemptOutcome.SOFT_TIMEOUT)
+    if isinstance(error, SoftTimeLimitExceeded):
+        return _failure(AttemptOutcome.SOFT_TIMEOUT, error, retryable=True)
+    if isinstance(error, Cancelled):
+        if flagged == "soft_timeout" or (flagged is None and late_return):
+            return _failure(AttemptOutcome.SOFT_TIMEOUT, error, retryable=True)
+        return _failure(AttemptOutcome.CANCELLED, error, retryable=False)
+    if error is not None and flagged == "cancelled":
+        return _failure(AttemptOutcome.CANCELLED, error, retryable=False)
+    if error is not None and late_return:
+        # Whatever it raised, it raised past the soft limit.
+        return _failure(AttemptOutcome.SOFT_TIMEOUT, error, retryable=True)
+    if isinstance(error, RetryableError):
+        return _failure(AttemptOutcome.ERROR, error, retryable=True, retry_after=error.retry_after)
+    if isinstance(error, PermanentError):
+        return _failure(AttemptOutcome.ERROR, error, retryable=False)
+    if error is not None:
+        return _failure(AttemptOutcome.ERROR, error, retryable=policy.retry_unexpected_errors)
+    if late_return:
         return AttemptReport(
             outcome=AttemptOutcome.SOFT_TIMEOUT,
             error_type="SoftTimeLimitExceeded",

@@ -227,68 +227,85 @@ def job_publish(*, job_id: uuid.UUID) -> bool:
     return True
 
 
+def _machine(hostname: str) -> str:
+    # Celery node names look like "worker-1@box"; the machine is after the "@".
+    return hostname.rpartition("@")[2]
+
+
 def _attempt_provably_over(previous: Attempt, job: Job, *, now: datetime, hostname: str) -> bool:
     """Whether the attempt `previous` can no longer be running.
 
-    True when its lease has expired, or it ran on this host in a process
-    that is gone or is this very process (a prefork child runs one task at a
-    time, so a redelivery it receives cannot overlap its own earlier attempt).
+    True when its lease has expired, or it ran on this machine in a process
+    that is gone, is a zombie, started after the attempt (pid reuse), or is
+    this very process (a prefork child runs one task at a time, so a
+    redelivery it receives cannot overlap its own earlier attempt).
     """
     if job.lease_expires_at is not None and job.lease_expires_at < now:
         return True
-    if previous.worker_hostname == hostname and previous.worker_pid:
-        if previous.worker_pid == os.getpid():
-            return True
-        try:
-            process = psutil.Process(previous.worker_pid)
-            return process.status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-    return False
+    if not previous.worker_pid or _machine(previous.worker_hostname) != _machine(hostname):
+        return False
+    if previous.worker_pid == os.getpid():
+        return True
+    try:
+        process = psutil.Process(previous.worker_pid)
+        return (
+            process.status() == psutil.STATUS_ZOMBIE
+            or process.create_time() > previous.started_at.timestamp() + 1
+        )
+    except psutil.NoSuchProcess:
+        return True
 
 
 def attempt_start(
     *, job_id: uuid.UUID | str, attempt: int, hostname: str, pid: int, rss_bytes: int | None
 ) -> StartedAttempt | None:
-    """Begin attempt number `attempt`, or return None to drop the delivery unrun.
+    """Begin the attempt a delivery asks for, or return None to drop it unrun.
 
-    A delivery is dropped when the job is gone or terminal, the attempt
-    number is stale, or the same attempt may still be live elsewhere (one
-    live attempt per job). A redelivery of an attempt whose worker is
-    provably gone records that attempt `worker_lost` and lets the retry
-    policy decide what follows.
+    `attempt` is the number the message was published for. Every delivery
+    is counted in `Job.deliveries`. A delivery is dropped when the job is
+    gone or terminal, the number is stale, or that attempt may still be live
+    (one live attempt per job). A redelivery after worker loss starts the
+    next attempt: either the parent already recorded the loss (job queued,
+    last attempt `worker_lost`), or it could not (the worker's main process
+    died too) and the lost attempt is provably over, so it is recorded here.
     """
     now = timezone.now()
     with transaction.atomic():
         job = Job.objects.select_for_update().filter(id=job_id).first()
-        if job is None or job.is_terminal:
+        if job is None:
             return None
-        if job.status == JobStatus.RUNNING and job.attempts_made == attempt:
-            previous = job.attempts.filter(number=attempt).first()
+        job.deliveries += 1
+        job.save(update_fields=["deliveries"])
+        if job.is_terminal:
+            return _dropped(job, attempt, "terminal")
+        number: int | None = None
+        if job.status == JobStatus.QUEUED and job.attempts_made == attempt - 1:
+            number = attempt
+        elif job.status == JobStatus.QUEUED and 0 < attempt <= job.attempts_made:
+            # A requeued message keeps the number it was first published for.
+            last = job.attempts.filter(number=job.attempts_made).first()
+            if last is not None and last.outcome == AttemptOutcome.WORKER_LOST:
+                number = job.attempts_made + 1
+        elif job.status == JobStatus.RUNNING and 0 < attempt <= job.attempts_made:
+            previous = job.attempts.filter(number=job.attempts_made).first()
             if previous is None or not _attempt_provably_over(
                 previous, job, now=now, hostname=hostname
             ):
-                logger.warning("duplicate delivery dropped job_id=%s attempt=%s", job_id, attempt)
-                return None
-            _record_failure(
+                return _dropped(job, attempt, "attempt still live")
+            _record_worker_lost(
                 job,
                 previous,
-                AttemptReport(
-                    outcome=AttemptOutcome.WORKER_LOST,
-                    error_type="WorkerLostError",
-                    error_message="the worker process running this attempt died",
-                ),
                 now=now,
+                requeued=True,
+                message="worker lost: the process running this attempt is gone (found on redelivery)",
             )
-            return None
-        if job.status != JobStatus.QUEUED or job.attempts_made != attempt - 1:
-            logger.info(
-                "stale delivery dropped job_id=%s attempt=%s status=%s", job_id, attempt, job.status
-            )
-            return None
+            if job.status == JobStatus.QUEUED:
+                number = job.attempts_made + 1
+        if number is None:
+            return _dropped(job, attempt, "stale")
         policy = policy_for(job.kind)
         job.status = JobStatus.RUNNING
-        job.attempts_made = attempt
+        job.attempts_made = number
         job.started_at = job.started_at or now
         job.lease_expires_at = now + timedelta(
             seconds=policy.hard_time_limit + settings.JOBS_LEASE_GRACE
@@ -296,21 +313,116 @@ def attempt_start(
         job.save(update_fields=["status", "attempts_made", "started_at", "lease_expires_at"])
         Attempt.objects.create(
             job=job,
-            number=attempt,
+            number=number,
             worker_hostname=hostname,
             worker_pid=pid,
             started_at=now,
             rss_before_bytes=rss_bytes,
         )
-    logger.info("attempt started job_id=%s kind=%s attempt=%s", job.id, job.kind, attempt)
+    logger.info("attempt started job_id=%s kind=%s attempt=%s", job.id, job.kind, number)
     return StartedAttempt(
         job_id=job.id,
         kind=job.kind,
         payload=job.payload,
-        attempt=attempt,
+        attempt=number,
         max_attempts=job.max_attempts,
         policy=policy,
     )
+
+
+def _dropped(job: Job, attempt: int, why: str) -> None:
+    logger.info(
+        "delivery dropped unrun (duplicate suppressed) job_id=%s attempt=%s status=%s reason=%s",
+        job.id,
+        attempt,
+        job.status,
+        why,
+    )
+    return None
+
+
+def _record_worker_lost(
+    job: Job, row: Attempt, *, now: datetime, requeued: bool, message: str
+) -> None:
+    """Close attempt `row` as worker_lost and decide what follows (job row locked by the caller).
+
+    Dead with reason "poison" once JOBS_POISON_AFTER attempts were lost, dead
+    "exhausted" when no attempts remain, otherwise queued again at once
+    (no backoff: the loss was the worker's, not necessarily the job's).
+    `requeued` says the broker still holds a message for the job (Celery
+    requeued it), so nothing must be published.
+    """
+    job.worker_losses += 1
+    job.lease_expires_at = None
+    job.last_error = f"WorkerLostError: {message}"[:10_000]
+    _close_attempt(
+        row,
+        AttemptReport(
+            outcome=AttemptOutcome.WORKER_LOST, error_type="WorkerLostError", error_message=message
+        ),
+        now=now,
+    )
+    if job.worker_losses >= settings.JOBS_POISON_AFTER:
+        job.status, job.dead_reason, job.finished_at = JobStatus.DEAD, DeadReason.POISON, now
+    elif job.attempts_made >= job.max_attempts:
+        job.status, job.dead_reason, job.finished_at = JobStatus.DEAD, DeadReason.EXHAUSTED, now
+    else:
+        job.status = JobStatus.QUEUED
+        job.enqueued_at = now
+        job.published_at = now if requeued else None
+    job.save(
+        update_fields=[
+            "status",
+            "dead_reason",
+            "finished_at",
+            "worker_losses",
+            "lease_expires_at",
+            "last_error",
+            "enqueued_at",
+            "published_at",
+        ]
+    )
+    logger.warning(
+        "attempt lost job_id=%s kind=%s attempt=%s losses=%s status=%s: %s",
+        job.id,
+        job.kind,
+        row.number,
+        job.worker_losses,
+        job.status,
+        message,
+    )
+
+
+def attempt_worker_lost(
+    *, job_id: uuid.UUID | str, attempt: int, worker_pid: int | None, message: str
+) -> bool:
+    """Record, from the worker's main process, that the child `worker_pid` died running this job.
+
+    `attempt` is the number the message was first published for; a
+    requeued message runs later attempts, so the lost attempt is the job's
+    current one when it is unfinished and ran in `worker_pid` (or, with no
+    pid known, when its number is not below `attempt`).
+
+    Returns True when the message should go back on the queue (Celery's
+    reject_on_worker_lost), False when it must be acknowledged instead:
+    the job is now dead (poison or exhausted) or already terminal, so a
+    redelivery could only loop.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(id=job_id).first()
+        if job is None:
+            return False
+        row = job.attempts.filter(number=job.attempts_made).first()
+        ours = (
+            row is not None
+            and row.finished_at is None
+            and (row.worker_pid == worker_pid if worker_pid else row.number >= attempt)
+        )
+        if job.status == JobStatus.RUNNING and ours:
+            _record_worker_lost(job, row, now=now, requeued=True, message=message)
+            return job.status == JobStatus.QUEUED
+        return not job.is_terminal
 
 
 def attempt_finish(
@@ -445,27 +557,48 @@ def outbox_sweep(*, now: datetime | None = None, limit: int = 500) -> int:
 
 
 def leases_expire(*, now: datetime | None = None, limit: int = 500) -> int:
-    """Record running attempts past their lease as `worker_lost` and apply the retry policy.
+    """Close running attempts past their lease as `worker_lost` and queue the job again.
 
-    Returns how many attempts were closed.
+    A lease outlives the hard time limit, so such an attempt cannot still be
+    running; its worker died without any process able to record it (e.g.
+    the whole worker was killed). Returns how many attempts were closed.
     """
     now = now or timezone.now()
     closed = 0
-    for job in selectors.jobs_lease_expired(now=now, limit=limit).only("id", "attempts_made"):
-        status = attempt_interrupted(
-            job_id=job.id,
-            attempt=job.attempts_made,
-            outcome=AttemptOutcome.WORKER_LOST,
-            message="lease expired: no worker finished this attempt",
-        )
-        closed += status is not None
+    for job_id in list(
+        selectors.jobs_lease_expired(now=now, limit=limit).values_list("id", flat=True)
+    ):
+        with transaction.atomic():
+            job = (
+                Job.objects.select_for_update()
+                .filter(id=job_id, status=JobStatus.RUNNING, lease_expires_at__lt=now)
+                .first()
+            )
+            if job is None:
+                continue
+            row = job.attempts.filter(number=job.attempts_made).first()
+            if row is None or row.finished_at is not None:
+                continue
+            _record_worker_lost(
+                job,
+                row,
+                now=now,
+                requeued=False,
+                message="lease expired: no worker finished this attempt",
+            )
+            if job.status == JobStatus.QUEUED:
+                transaction.on_commit(lambda j=job.id: job_publish(job_id=j))
+            closed += 1
     return closed
 
 
 def job_cancel(*, job_id: uuid.UUID | str) -> Job:
-    """Cancel a non-terminal job. A running attempt's result will be discarded.
+    """Cancel a non-terminal job.
 
-    Raises Job.DoesNotExist, or InvalidTransition when the job is terminal.
+    A queued or retrying job never starts. A running attempt gets its
+    cancellation flag (through Redis, see jobs.supervisor) and is aborted
+    JOBS_ABORT_GRACE seconds later if it ignores it. Raises Job.DoesNotExist,
+    or InvalidTransition when the job is terminal.
     """
     with transaction.atomic():
         job = Job.objects.select_for_update().get(id=job_id)
@@ -473,12 +606,26 @@ def job_cancel(*, job_id: uuid.UUID | str) -> Job:
             raise InvalidTransition(
                 f"job is {job.status}; only queued, retrying or running jobs can be cancelled"
             )
+        was_running = job.status == JobStatus.RUNNING
         job.status = JobStatus.CANCELLED
         job.finished_at = timezone.now()
         job.next_attempt_at = None
-        job.save(update_fields=["status", "finished_at", "next_attempt_at"])
-    logger.info("job cancelled job_id=%s kind=%s", job.id, job.kind)
+        job.lease_expires_at = None
+        job.save(update_fields=["status", "finished_at", "next_attempt_at", "lease_expires_at"])
+        if was_running:
+            transaction.on_commit(lambda: _signal_cancel(job.id))
+    logger.info("job cancelled job_id=%s kind=%s was_running=%s", job.id, job.kind, was_running)
     return job
+
+
+def _signal_cancel(job_id: uuid.UUID) -> None:
+    from jobs.broker import broker_client
+    from jobs.supervisor import cancel_key
+
+    try:
+        broker_client().set(cancel_key(job_id), "1", ex=settings.JOBS_CANCEL_TTL)
+    except Exception as exc:  # the job is cancelled either way; the attempt runs to its limit
+        logger.warning("could not signal cancellation job_id=%s: %s", job_id, exc)
 
 
 def job_requeue(*, job_id: uuid.UUID | str) -> Job:

@@ -9,13 +9,56 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from billiard.einfo import ExceptionInfo
+from billiard.exceptions import WorkerLostError
 from celery import Task, shared_task
 from celery.exceptions import TimeLimitExceeded
+from celery.worker.request import Request
 
 from jobs import runner, services
 from jobs.models import AttemptOutcome
 
 logger = logging.getLogger(__name__)
+
+
+class AttemptRequest(Request):
+    """Worker-side request that records a lost child and caps redeliveries.
+
+    Runs in the worker's main process. With `reject_on_worker_lost`, Celery
+    requeues a message whose child died, forever (celery issues 9082 and
+    1628). Here the loss is recorded first; once the job is dead (poison
+    cap or attempts exhausted) the message is acknowledged instead.
+    """
+
+    def on_failure(
+        self, exc_info: ExceptionInfo, send_failed_event: bool = True, return_ok: bool = False
+    ) -> None:
+        exc = getattr(exc_info, "exception", None)
+        exc = getattr(exc, "exc", exc)
+        if (
+            isinstance(exc, WorkerLostError | SystemExit | KeyboardInterrupt)
+            and len(self.args) >= 2
+        ):
+            try:
+                requeue = services.attempt_worker_lost(
+                    job_id=self.args[0],
+                    attempt=int(self.args[1]),
+                    worker_pid=self.worker_pid,
+                    message=f"worker lost: {exc}",
+                )
+            except Exception:
+                logger.exception("could not record worker loss job_id=%s", self.args[0])
+                requeue = True
+            if not requeue:
+                logger.warning(
+                    "poison or exhausted job_id=%s: acknowledging instead of requeueing",
+                    self.args[0],
+                )
+                self.acknowledge()
+                return None
+        return super().on_failure(
+            exc_info, send_failed_event=send_failed_event, return_ok=return_ok
+        )
 
 
 class AttemptTask(Task):
@@ -24,6 +67,8 @@ class AttemptTask(Task):
     Celery 5.7 calls `on_failure` in the worker's main process for a hard
     time limit (celery/worker/request.py, Request.on_timeout).
     """
+
+    Request = AttemptRequest
 
     def on_failure(
         self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
@@ -52,7 +97,7 @@ class AttemptTask(Task):
     ignore_result=True,
 )
 def run_attempt_task(self: Task, job_id: str, attempt: int) -> str | None:
-    """Run attempt `attempt` (1-based) of job `job_id`; returns the job's status or None if dropped."""
+    """Run the attempt this message was published for (1-based); returns the job's status or None if dropped."""
     return runner.execute_attempt(
         job_id=job_id, attempt=int(attempt), hostname=self.request.hostname or ""
     )

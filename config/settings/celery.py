@@ -53,5 +53,13 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_connect_timeout": 2,
     "socket_timeout": 5,
 }
+# #worker-soft-shutdown-timeout: on a cold shutdown (second SIGTERM, SIGQUIT)
+# running attempts still get this long before being cancelled and requeued;
+# a first SIGTERM is a warm shutdown that waits for them (each bounded by its
+# hard limit). #worker-enable-soft-shutdown-on-idle: requeue reserved
+# messages even when nothing runs.
+CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = env.float("JOBS_WORKER_SOFT_SHUTDOWN_TIMEOUT", default=60.0)
+CELERY_WORKER_ENABLE_SOFT_SHUTDOWN_ON_IDLE = True
+
 # Publishing never blocks a request for long: the row is already durable.
 CELERY_TASK_PUBLISH_RETRY = False

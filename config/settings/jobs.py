@@ -41,3 +41,13 @@ JOBS_CSV_ROOTS: list[str] = env.list("JOBS_CSV_ROOTS", default=[str(BASE_DIR / "
 # The worker consumes every configured queue.
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_QUEUES = [Queue(name) for name in JOBS_QUEUES]
+
+# Fault-injection kinds (demo.sleep, demo.crash): on for local use and tests.
+JOBS_FAULT_KINDS: bool = env.bool("JOBS_FAULT_KINDS", default=True)
+# Seconds between an attempt's cancellation flag (soft limit or cancel) and
+# the AttemptAbort that ends code which ignores the flag.
+JOBS_ABORT_GRACE: float = env.float("JOBS_ABORT_GRACE", default=1.0)
+# Deliveries ending in worker loss before a job is dead with reason "poison".
+JOBS_POISON_AFTER: int = env.int("JOBS_POISON_AFTER", default=3)
+# Seconds a cancellation request stays visible to the running attempt.
+JOBS_CANCEL_TTL: int = env.int("JOBS_CANCEL_TTL", default=3600)

@@ -6,6 +6,7 @@ from config.settings.base import env
 DEBUG = False
 # Missing variables fail at boot with "Set the DJANGO_SECRET_KEY environment variable".
 SECRET_KEY = env.str("DJANGO_SECRET_KEY")
+JOBS_FAULT_KINDS = env.bool("JOBS_FAULT_KINDS", default=False)
 DATABASES = {"default": env.db_url("DATABASE_URL")}
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True

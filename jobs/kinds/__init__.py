@@ -1,6 +1,8 @@
 """Built-in job kinds. Importing this package registers them."""
 
-from jobs.kinds import csv_summary, flaky, webhook  # noqa: F401
+from django.conf import settings
+
+from jobs.kinds import csv_summary, faults, flaky, webhook  # noqa: F401
 from jobs.kinds.base import (
     AttemptContext,
     Cancelled,
@@ -9,6 +11,10 @@ from jobs.kinds.base import (
     RetryableError,
 )
 from jobs.kinds.registry import UnknownKind, get_kind, kind_names, policy_for, register
+
+if settings.JOBS_FAULT_KINDS:
+    for _fault_kind in faults.FAULT_KINDS:
+        register(_fault_kind)
 
 __all__ = [
     "AttemptContext",
