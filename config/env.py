@@ -13,3 +13,12 @@ import environ
 BASE_DIR: Path = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
+
+
+def metrics_root() -> Path:
+    """Root of the Prometheus multiprocess directories (JOBS_METRICS_DIR, default var/metrics).
+
+    Read here, not from Django settings, because gunicorn's hooks need it
+    before Django is set up.
+    """
+    return Path(env.str("JOBS_METRICS_DIR", default=str(BASE_DIR / "var" / "metrics")))

@@ -1,4 +1,9 @@
-"""Gunicorn server settings (`gunicorn config.wsgi --config config/gunicorn.py`)."""
+"""Gunicorn server settings and hooks (`gunicorn config.wsgi --config config/gunicorn.py`)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
 
 from config.env import env
 
@@ -7,3 +12,39 @@ workers = env.int("WEB_CONCURRENCY", default=2)
 threads = env.int("WEB_THREADS", default=4)
 timeout = env.int("WEB_TIMEOUT", default=30)
 accesslog = env.str("WEB_ACCESS_LOG", default="-") or None
+
+
+def on_starting(server: Any) -> None:
+    # Master, before forking workers: an emptied metrics directory for the web.
+    from observability.multiproc import activate, role_dir
+
+    activate(role_dir("web"), wipe_first=True)
+
+
+def post_fork(server: Any, worker: Any) -> None:
+    # Tracing starts after fork: a span processor thread made in the master
+    # would be dead in every worker (opentelemetry-python-contrib issue 166).
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    django.setup()
+    from observability import tracing
+
+    tracing.setup(role="web")
+
+
+def worker_exit(server: Any, worker: Any) -> None:
+    from observability import tracing
+
+    tracing.shutdown()
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    # The master notices every dead worker, SIGKILLed ones too.
+    from prometheus_client import multiprocess
+
+    from observability.multiproc import multiproc_dir
+
+    directory = multiproc_dir()
+    if directory is not None:
+        multiprocess.mark_process_dead(worker.pid, str(directory))

@@ -1,9 +1,13 @@
-"""Top-level routes: the API, its OpenAPI schema, the admin and /healthz."""
+"""Top-level routes: the API, its OpenAPI schema, the admin, /healthz and /metrics."""
 
+from django.conf import settings
 from django.contrib import admin
+from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from observability.exporter import metrics_view
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -16,4 +20,9 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
+    path("metrics", metrics_view, name="metrics"),
 ]
+
+if settings.DEBUG:
+    # Admin CSS/JS under gunicorn in development; production serves STATIC_ROOT.
+    urlpatterns += staticfiles_urlpatterns()

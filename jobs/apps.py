@@ -10,3 +10,4 @@ class JobsConfig(AppConfig):
     def ready(self) -> None:
         # Importing the kinds package registers every built-in kind.
         from jobs import checks, kinds  # noqa: F401
+        from observability import signals  # noqa: F401 - connects the telemetry receivers

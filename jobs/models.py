@@ -72,6 +72,9 @@ class Job(models.Model):
     # that ended with the worker process lost: the poison-message count.
     deliveries = models.PositiveIntegerField(default=0)
     worker_losses = models.PositiveIntegerField(default=0)
+    # W3C traceparent of the request that submitted the job: every attempt's
+    # span joins that trace.
+    trace_parent = models.CharField(max_length=64, blank=True, default="")
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     dead_reason = models.CharField(max_length=16, choices=DeadReason, blank=True, default="")
@@ -129,6 +132,7 @@ class Attempt(models.Model):
 
     class Meta:
         ordering = ["job", "number"]
+        indexes = [models.Index(fields=["started_at"], name="jobs_attempt_started_idx")]
         constraints = [
             models.UniqueConstraint(fields=["job", "number"], name="jobs_attempt_unique_number")
         ]

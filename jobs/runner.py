@@ -6,6 +6,7 @@ cancellation flag and error capture, so kinds stay plain code.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import logging
@@ -13,31 +14,36 @@ import os
 import time
 import traceback
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from opentelemetry import trace
 
-from jobs import services
+from jobs import events, selectors, services
 from jobs.kinds import AttemptContext, Cancelled, Kind, PermanentError, RetryableError, get_kind
-from jobs.models import AttemptOutcome
+from jobs.models import AttemptOutcome, Job
 from jobs.policy import Policy
 from jobs.services import AttemptReport
-from jobs.supervisor import AttemptAbort, supervisor
-from observability.memory import rss_bytes
+from jobs.supervisor import SUPERVISOR_THREAD_NAME, AttemptAbort, supervisor
+from observability import tracing
+from observability.memory import LeakTracker, live_threads, rss_bytes
 
 logger = logging.getLogger(__name__)
 
 
 def execute_attempt(*, job_id: str, attempt: int, hostname: str) -> str | None:
-    """Run attempt `attempt` of job `job_id` in this process.
+    """Run the attempt of job `job_id` that a message published as number `attempt`.
 
     Returns the job's status afterwards, or None when the delivery was
     dropped (duplicate, stale, terminal job). Exceptions from the kind never
     escape; database errors do (Celery then logs the failure and the lease
     sweep recovers the job).
     """
+    rss_before = rss_bytes()
     started = services.attempt_start(
-        job_id=job_id, attempt=attempt, hostname=hostname, pid=os.getpid(), rss_bytes=rss_bytes()
+        job_id=job_id, attempt=attempt, hostname=hostname, pid=os.getpid(), rss_bytes=rss_before
     )
     if started is None:
         return None
@@ -46,18 +52,53 @@ def execute_attempt(*, job_id: str, attempt: int, hostname: str) -> str | None:
     ctx = AttemptContext(
         job_id=uuid.UUID(str(started.job_id)),
         kind=started.kind,
-        attempt=attempt,
+        attempt=started.attempt,
         max_attempts=started.max_attempts,
         soft_deadline=now + started.policy.soft_time_limit,
         hard_deadline=now + started.policy.hard_time_limit,
     )
-    report = run_kind(kind, started.payload, ctx, started.policy)
-    if report.outcome != AttemptOutcome.SUCCEEDED:
-        # A failed attempt leaves exception-info cycles (~155 KB measured on
-        # Celery 5.7) that only a full collection frees; collect now so the
-        # per-child memory limit recycles on real growth, not garbage.
-        gc.collect()
-    return _finish(job_id=job_id, attempt=attempt, report=report)
+    threads_before = live_threads()
+    with tracing.attempt_span(
+        traceparent=started.trace_parent,
+        job_id=started.job_id,
+        kind=started.kind,
+        attempt=started.attempt,
+        queue=started.queue,
+    ) as span:
+        report = run_kind(kind, started.payload, ctx, started.policy)
+        if report.outcome != AttemptOutcome.SUCCEEDED:
+            # A failed attempt leaves exception-info cycles (~155 KB measured on
+            # Celery 5.7) that only a full collection frees; collect now so the
+            # per-child memory limit recycles on real growth, not garbage.
+            gc.collect()
+        report = replace(report, trace_id=tracing.trace_id_of(span))
+        status = _finish(job_id=str(started.job_id), attempt=started.attempt, report=report)
+        span.set_attribute("job.outcome", str(report.outcome))
+        delay = selectors.attempt_retry_delay(job_id=started.job_id, attempt=started.attempt)
+        if delay is not None:
+            span.set_attribute("job.retry_delay_seconds", delay)
+        if report.outcome != AttemptOutcome.SUCCEEDED:
+            span.set_status(trace.Status(trace.StatusCode.ERROR, report.error_type))
+    leaked = leak_tracker().check(
+        kind=started.kind,
+        job_id=started.job_id,
+        threads_before=threads_before,
+        rss_before=rss_before,
+        rss_after=rss_bytes(),
+    )
+    for resource in leaked:
+        events.leak_suspected.send(sender=Job, kind=started.kind, resource=resource)
+    return status
+
+
+@functools.cache
+def leak_tracker() -> LeakTracker:
+    """This process's LeakTracker, configured from settings (JOBS_LEAK_*)."""
+    return LeakTracker(
+        rss_threshold_bytes=settings.JOBS_LEAK_RSS_THRESHOLD_BYTES,
+        consecutive=settings.JOBS_LEAK_RSS_CONSECUTIVE,
+        ignore=frozenset({SUPERVISOR_THREAD_NAME}),
+    )
 
 
 def _finish(*, job_id: str, attempt: int, report: AttemptReport) -> str | None:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 
 import redis
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Count, Min, QuerySet
+from django.utils import timezone
 
 from jobs import broker
-from jobs.models import Job, JobStatus
+from jobs.models import Attempt, Job, JobStatus
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +31,15 @@ def job_list(*, status: str | None = None, kind: str | None = None) -> QuerySet[
     if kind:
         qs = qs.filter(kind=kind)
     return qs.order_by("-created_at")
+
+
+def attempt_retry_delay(*, job_id: uuid.UUID | str, attempt: int) -> float | None:
+    """Seconds until the retry that attempt `attempt` led to, or None if it led to none."""
+    return (
+        Attempt.objects.filter(job_id=job_id, number=attempt)
+        .values_list("retry_delay_seconds", flat=True)
+        .first()
+    )
 
 
 def jobs_due_for_retry(*, now: datetime, limit: int) -> QuerySet[Job]:
@@ -72,3 +83,65 @@ def queue_ready_count(*, queue: str) -> int:
         logger.warning("broker unreachable while counting queue %s: %s", queue, exc)
         ready = 0
     return ready + outbox
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """Jobs of one queue by part. Counts are jobs; `oldest_age_seconds` is 0 when none is queued."""
+
+    ready: int
+    reserved: int
+    scheduled: int
+    unpublished: int
+    oldest_age_seconds: float
+
+
+def queue_depths(*, queues: list[str] | None = None) -> dict[str, QueueDepth]:
+    """Depth of each queue: broker parts from Redis (one round trip), the rest from the database.
+
+    When the broker is unreachable its parts read 0 and a warning is logged.
+    """
+    queues = list(queues or settings.JOBS_QUEUES)
+    try:
+        ready, reserved = broker.depth_counts(queues)
+    except redis.RedisError as exc:
+        logger.warning("broker unreachable while measuring queues: %s", exc)
+        ready, reserved = dict.fromkeys(queues, 0), dict.fromkeys(queues, 0)
+    scheduled = dict(
+        Job.objects.filter(status=JobStatus.RETRYING, queue__in=queues)
+        .values_list("queue")
+        .annotate(n=Count("id"))
+    )
+    unpublished = dict(
+        Job.objects.filter(status=JobStatus.QUEUED, published_at__isnull=True, queue__in=queues)
+        .values_list("queue")
+        .annotate(n=Count("id"))
+    )
+    oldest = dict(
+        Job.objects.filter(status=JobStatus.QUEUED, queue__in=queues)
+        .values_list("queue")
+        .annotate(m=Min("enqueued_at"))
+    )
+    now = timezone.now()
+    return {
+        q: QueueDepth(
+            ready=ready.get(q, 0),
+            reserved=reserved.get(q, 0),
+            scheduled=scheduled.get(q, 0),
+            unpublished=unpublished.get(q, 0),
+            oldest_age_seconds=max(0.0, (now - oldest[q]).total_seconds())
+            if oldest.get(q)
+            else 0.0,
+        )
+        for q in queues
+    }
+
+
+def dead_letter_counts() -> dict[tuple[str, str], int]:
+    """{(kind, dead_reason): jobs} over the dead-letter set."""
+    rows = (
+        Job.objects.filter(status=JobStatus.DEAD)
+        .values_list("kind", "dead_reason")
+        .annotate(n=Count("id"))
+    )
+    return {(kind, reason): n for kind, reason, n in rows}

@@ -21,15 +21,16 @@ from typing import Any
 import psutil
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
-from jobs import selectors
+from jobs import events, selectors
 from jobs.errors import IdempotencyConflict, InvalidSubmission, InvalidTransition, QueueFull
 from jobs.kinds import UnknownKind, get_kind, policy_for
 from jobs.models import Attempt, AttemptOutcome, DeadReason, Job, JobStatus
 from jobs.policy import Policy
+from observability import tracing
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,8 @@ class StartedAttempt:
     attempt: int
     max_attempts: int
     policy: Policy
+    queue: str = "default"
+    trace_parent: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class AttemptReport:
     traceback: str = ""
     retryable: bool = True
     retry_after: float | None = None
+    trace_id: str = ""
 
 
 def request_fingerprint(*, kind: str, queue: str, payload: Any) -> str:
@@ -166,8 +170,10 @@ def job_submit(
                 request_fingerprint=fingerprint,
                 enqueued_at=now,
                 created_by=user if getattr(user, "is_authenticated", False) else None,
+                trace_parent=tracing.current_traceparent(),
             )
             transaction.on_commit(lambda: job_publish(job_id=job.id))
+            transaction.on_commit(lambda: events.job_submitted.send(sender=Job, job=job))
     except IntegrityError:
         # Lost a race with a concurrent submission of the same key.
         existing = Job.objects.filter(kind=kind, idempotency_key=idempotency_key).first()
@@ -197,7 +203,7 @@ def job_publish(*, job_id: uuid.UUID) -> bool:
 
     job = (
         Job.objects.filter(id=job_id, status=JobStatus.QUEUED)
-        .only("kind", "queue", "attempts_made")
+        .only("kind", "queue", "attempts_made", "trace_parent")
         .first()
     )
     if job is None:
@@ -205,14 +211,16 @@ def job_publish(*, job_id: uuid.UUID) -> bool:
     attempt = job.attempts_made + 1
     policy = policy_for(job.kind)
     try:
-        run_attempt_task.apply_async(
-            args=[str(job.id), attempt],
-            queue=job.queue,
-            task_id=f"{job.id}:{attempt}",
-            soft_time_limit=policy.soft_time_limit,
-            time_limit=policy.hard_time_limit,
-            retry=False,
-        )
+        # In the submitting request's trace, whoever publishes (API or scheduler).
+        with tracing.in_trace(job.trace_parent):
+            run_attempt_task.apply_async(
+                args=[str(job.id), attempt],
+                queue=job.queue,
+                task_id=f"{job.id}:{attempt}",
+                soft_time_limit=policy.soft_time_limit,
+                time_limit=policy.hard_time_limit,
+                retry=False,
+            )
     except Exception as exc:  # kombu/redis raise many types for one outage
         logger.warning(
             "publish failed job_id=%s attempt=%s: %s: %s", job.id, attempt, type(exc).__name__, exc
@@ -291,7 +299,7 @@ def attempt_start(
             if previous is None or not _attempt_provably_over(
                 previous, job, now=now, hostname=hostname
             ):
-                return _dropped(job, attempt, "attempt still live")
+                return _dropped(job, attempt, "live")
             _record_worker_lost(
                 job,
                 previous,
@@ -311,7 +319,7 @@ def attempt_start(
             seconds=policy.hard_time_limit + settings.JOBS_LEASE_GRACE
         )
         job.save(update_fields=["status", "attempts_made", "started_at", "lease_expires_at"])
-        Attempt.objects.create(
+        row = Attempt.objects.create(
             job=job,
             number=number,
             worker_hostname=hostname,
@@ -319,6 +327,7 @@ def attempt_start(
             started_at=now,
             rss_before_bytes=rss_bytes,
         )
+        transaction.on_commit(lambda: events.attempt_started.send(sender=Job, job=job, attempt=row))
     logger.info("attempt started job_id=%s kind=%s attempt=%s", job.id, job.kind, number)
     return StartedAttempt(
         job_id=job.id,
@@ -327,10 +336,13 @@ def attempt_start(
         attempt=number,
         max_attempts=job.max_attempts,
         policy=policy,
+        queue=job.queue,
+        trace_parent=job.trace_parent,
     )
 
 
 def _dropped(job: Job, attempt: int, why: str) -> None:
+    transaction.on_commit(lambda: events.delivery_dropped.send(sender=Job, job=job, reason=why))
     logger.info(
         "delivery dropped unrun (duplicate suppressed) job_id=%s attempt=%s status=%s reason=%s",
         job.id,
@@ -382,6 +394,8 @@ def _record_worker_lost(
             "published_at",
         ]
     )
+    if job.is_terminal:
+        _completed(job)
     logger.warning(
         "attempt lost job_id=%s kind=%s attempt=%s losses=%s status=%s: %s",
         job.id,
@@ -452,6 +466,7 @@ def attempt_finish(
             job.finished_at = now
             job.lease_expires_at = None
             job.save(update_fields=["status", "result", "finished_at", "lease_expires_at"])
+            _completed(job)
         else:
             _record_failure(job, row, report, now=now)
     logger.info(
@@ -466,12 +481,21 @@ def attempt_finish(
 
 
 def _close_attempt(row: Attempt, report: AttemptReport, *, now: datetime) -> None:
+    # Sent after commit, when `row.job` holds the job's final state.
+    transaction.on_commit(
+        lambda: events.attempt_finished.send(sender=Job, job=row.job, attempt=row)
+    )
     row.finished_at = now
     row.outcome = report.outcome
+    row.trace_id = report.trace_id or row.trace_id
     row.error_type = report.error_type[:255]
     row.error_message = report.error_message[:10_000]
     row.traceback = report.traceback[-20_000:]
     row.save()
+
+
+def _completed(job: Job) -> None:
+    transaction.on_commit(lambda: events.job_completed.send(sender=Job, job=job))
 
 
 def _record_failure(job: Job, row: Attempt, report: AttemptReport, *, now: datetime) -> None:
@@ -486,6 +510,10 @@ def _record_failure(job: Job, row: Attempt, report: AttemptReport, *, now: datet
         job.status, job.dead_reason, job.finished_at = JobStatus.DEAD, DeadReason.EXHAUSTED, now
     else:
         delay = policy.retry_delay(job.attempts_made, retry_after=report.retry_after)
+        if not _retry_budget_allows(job, now=now):
+            # Past the budget a retry waits out the window instead of adding to the storm.
+            delay = max(delay, settings.JOBS_RETRY_BUDGET_WINDOW)
+            transaction.on_commit(lambda: events.retry_budget_exhausted.send(sender=Job, job=job))
         row.retry_delay_seconds = delay
         job.status = JobStatus.RETRYING
         job.next_attempt_at = now + timedelta(seconds=delay)
@@ -500,6 +528,24 @@ def _record_failure(job: Job, row: Attempt, report: AttemptReport, *, now: datet
             "lease_expires_at",
         ]
     )
+    if job.is_terminal:
+        _completed(job)
+
+
+def _retry_budget_allows(job: Job, *, now: datetime) -> bool:
+    """Whether the job's kind may schedule one more retry now.
+
+    Retry budget (DESIGN.md "Retries"; after the client-side retry budgets
+    of Google's SRE book, ch. 22): over the last JOBS_RETRY_BUDGET_WINDOW
+    seconds, retries started may not exceed JOBS_RETRY_BUDGET_RATIO times
+    the first attempts started, plus JOBS_RETRY_BUDGET_FLOOR.
+    """
+    since = now - timedelta(seconds=settings.JOBS_RETRY_BUDGET_WINDOW)
+    counts = Attempt.objects.filter(job__kind=job.kind, started_at__gte=since).aggregate(
+        first=Count("id", filter=Q(number=1)), retries=Count("id", filter=Q(number__gt=1))
+    )
+    allowed = settings.JOBS_RETRY_BUDGET_RATIO * counts["first"] + settings.JOBS_RETRY_BUDGET_FLOOR
+    return counts["retries"] < allowed
 
 
 def attempt_interrupted(
@@ -612,6 +658,7 @@ def job_cancel(*, job_id: uuid.UUID | str) -> Job:
         job.next_attempt_at = None
         job.lease_expires_at = None
         job.save(update_fields=["status", "finished_at", "next_attempt_at", "lease_expires_at"])
+        _completed(job)
         if was_running:
             transaction.on_commit(lambda: _signal_cancel(job.id))
     logger.info("job cancelled job_id=%s kind=%s was_running=%s", job.id, job.kind, was_running)

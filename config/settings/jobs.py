@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kombu import Queue
 
-from config.env import BASE_DIR, env
+from config.env import BASE_DIR, env, metrics_root
 
 # Queues the API accepts and the worker consumes, and the most ready messages
 # each may hold before the API answers 503 (backpressure).
@@ -51,3 +51,31 @@ JOBS_ABORT_GRACE: float = env.float("JOBS_ABORT_GRACE", default=1.0)
 JOBS_POISON_AFTER: int = env.int("JOBS_POISON_AFTER", default=3)
 # Seconds a cancellation request stays visible to the running attempt.
 JOBS_CANCEL_TTL: int = env.int("JOBS_CANCEL_TTL", default=3600)
+
+# Retry budget per kind: over the last WINDOW seconds, retries started may not
+# exceed RATIO x first attempts started + FLOOR; past it, retries are deferred
+# by WINDOW seconds and jobs_retry_budget_exhausted_total counts them.
+JOBS_RETRY_BUDGET_WINDOW: float = env.float("JOBS_RETRY_BUDGET_WINDOW", default=60.0)
+JOBS_RETRY_BUDGET_RATIO: float = env.float("JOBS_RETRY_BUDGET_RATIO", default=1.0)
+JOBS_RETRY_BUDGET_FLOOR: int = env.int("JOBS_RETRY_BUDGET_FLOOR", default=10)
+
+# Telemetry. prometheus-client multiprocess directories live under this root,
+# one per role: web/, scheduler/ (both served by the web's /metrics) and
+# worker-<node name>/ (served by that worker's main process).
+JOBS_METRICS_DIR: str = str(metrics_root())
+# Worker /metrics, served by the worker's main process; 0 turns it off.
+JOBS_WORKER_METRICS_PORT: int = env.int("JOBS_WORKER_METRICS_PORT", default=9808)
+JOBS_WORKER_METRICS_ADDR: str = env.str("JOBS_WORKER_METRICS_ADDR", default="127.0.0.1")
+# Leak checks: an attempt that leaves threads alive is flagged at once; RSS
+# growth above the threshold (bytes) for K consecutive attempts of one kind is.
+JOBS_LEAK_RSS_THRESHOLD_BYTES: int = env.int(
+    "JOBS_LEAK_RSS_THRESHOLD_BYTES", default=2 * 1024 * 1024
+)
+JOBS_LEAK_RSS_CONSECUTIVE: int = env.int("JOBS_LEAK_RSS_CONSECUTIVE", default=5)
+# Tracing: OTLP is configured by the standard OTEL_* variables (off when no
+# endpoint is set); a JSON-lines file exporter for tests and local debugging.
+JOBS_OTEL_SPAN_FILE: str = env.str("JOBS_OTEL_SPAN_FILE", default="")
+OTEL_EXPORTER_OTLP_ENDPOINT: str = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", default="")
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: str = env.str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", default="")
+OTEL_SDK_DISABLED: bool = env.bool("OTEL_SDK_DISABLED", default=False)
+OTEL_SERVICE_NAME: str = env.str("OTEL_SERVICE_NAME", default="django-jobs")

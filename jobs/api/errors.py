@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from jobs import events
 from jobs.errors import (
     IdempotencyConflict,
     InvalidSubmission,
@@ -20,6 +22,8 @@ from jobs.errors import (
     JobsError,
     QueueFull,
 )
+from jobs.kinds import kind_names
+from jobs.models import Job
 
 
 def error_response(
@@ -77,13 +81,44 @@ def domain_error_response(exc: JobsError) -> Response:
     )
 
 
+def _rejection_reason(exc: Exception, status_code: int) -> str:
+    if isinstance(exc, QueueFull):
+        return "queue_full"
+    if isinstance(exc, IdempotencyConflict):
+        return "conflict"
+    if status_code == status.HTTP_413_REQUEST_ENTITY_TOO_LARGE:
+        return "too_large"
+    if status_code in (status.HTTP_401_UNAUTHORIZED, status.HTTP_403_FORBIDDEN):
+        return "unauthenticated"
+    return "invalid"
+
+
+def _record_rejection(exc: Exception, context: dict, status_code: int) -> None:
+    view, request = context.get("view"), context.get("request")
+    if getattr(view, "action", None) != "create" or request is None:
+        return
+    # Only registered kind names become label values: never arbitrary input.
+    data = getattr(request, "_full_data", None)
+    data = data if isinstance(data, dict) else {}
+    kind = data.get("kind") if data.get("kind") in kind_names() else ""
+    queue = data.get("queue") if data.get("queue") in settings.JOBS_QUEUES else ""
+    events.job_rejected.send(
+        sender=Job, kind=kind, queue=queue, reason=_rejection_reason(exc, status_code)
+    )
+
+
 def exception_handler(exc: Exception, context: dict) -> Response | None:
-    """DRF exception handler producing the shape above."""
-    if isinstance(exc, JobsError):
-        return domain_error_response(exc)
-    response = drf_exception_handler(exc, context)
+    """DRF exception handler producing the shape above; counts rejected submissions."""
+    response = (
+        domain_error_response(exc)
+        if isinstance(exc, JobsError)
+        else drf_exception_handler(exc, context)
+    )
     if response is None:
         return None
+    _record_rejection(exc, context, response.status_code)
+    if isinstance(exc, JobsError):
+        return response
     if isinstance(exc, exceptions.ValidationError):
         errors = _field_errors(exc.detail)
         response.data = {"detail": "Invalid request.", "errors": errors}

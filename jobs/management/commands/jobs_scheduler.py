@@ -9,6 +9,8 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from jobs.scheduler import run_scheduler
+from observability import tracing
+from observability.multiproc import activate, role_dir
 
 
 class Command(BaseCommand):
@@ -18,7 +20,13 @@ class Command(BaseCommand):
         parser.add_argument("--interval", type=float, default=None, help="seconds between passes")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # Its metrics are merged into the web's /metrics.
+        activate(role_dir("scheduler"), wipe_first=True)
+        tracing.setup(role="scheduler")
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        run_scheduler(stop=stop, interval=options["interval"])
+        try:
+            run_scheduler(stop=stop, interval=options["interval"])
+        finally:
+            tracing.shutdown()

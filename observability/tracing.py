@@ -1,0 +1,218 @@
+"""OpenTelemetry tracing: set up after fork, one span per attempt, all in the submitting request's trace.
+
+The TracerProvider and its BatchSpanProcessor own a background thread;
+created before a prefork fork, the children inherit a dead thread and their
+spans vanish (opentelemetry-python-contrib issue 166). So setup runs after
+fork: `worker_process_init` in Celery children, gunicorn's `post_fork` in
+web workers, at start in the scheduler. Spans are flushed before a child
+exits or is recycled (`worker_process_shutdown`; contrib issue 4916).
+
+Exporters: OTLP over HTTP when OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set
+(the SDK reads the other standard OTEL_* variables itself); a JSON-lines
+file when JOBS_OTEL_SPAN_FILE is set (tests, local debugging); off
+otherwise, or when OTEL_SDK_DISABLED is true.
+
+A job stores the W3C traceparent of the request that submitted it
+(`Job.trace_parent`); publishing and every attempt run in that context, so
+all attempts of a job, however many times the scheduler republished it,
+are in one trace.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+logger = logging.getLogger(__name__)
+
+_propagator = TraceContextTextMapPropagator()
+_provider: Any = None
+_lock = threading.Lock()
+TRACER_NAME = "jobs"
+
+
+class JsonLinesSpanExporter:
+    """SpanExporter appending one JSON object per span to `path` (O_APPEND; safe across processes)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def export(self, spans: Sequence[Any]) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        lines = []
+        for span in spans:
+            ctx = span.get_span_context()
+            parent = span.parent
+            lines.append(
+                json.dumps(
+                    {
+                        "name": span.name,
+                        "trace_id": format(ctx.trace_id, "032x"),
+                        "span_id": format(ctx.span_id, "016x"),
+                        "parent_span_id": format(parent.span_id, "016x") if parent else None,
+                        "kind": span.kind.name,
+                        "start_time_unix_nano": span.start_time,
+                        "end_time_unix_nano": span.end_time,
+                        "attributes": dict(span.attributes or {}),
+                        "status": span.status.status_code.name,
+                        "resource": dict(span.resource.attributes),
+                        "pid": os.getpid(),
+                    },
+                    default=str,
+                )
+            )
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            for line in lines:
+                os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+
+def _exporter() -> Any:
+    from django.conf import settings
+
+    if settings.OTEL_SDK_DISABLED:
+        return None
+    if settings.JOBS_OTEL_SPAN_FILE:
+        return JsonLinesSpanExporter(settings.JOBS_OTEL_SPAN_FILE)
+    if settings.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or settings.OTEL_EXPORTER_OTLP_ENDPOINT:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter()
+    return None
+
+
+def setup(*, role: str) -> bool:
+    """Install a TracerProvider in this process (call after fork). Returns False when tracing is off.
+
+    `role` (web, worker, scheduler) becomes the `service.instance.role`
+    resource attribute. Instruments Celery (publish and run spans) and, for
+    the web, Django.
+    """
+    global _provider
+    exporter = _exporter()
+    if exporter is None:
+        return False
+    from django.conf import settings
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    with _lock:
+        if _provider is not None and getattr(_provider, "_jobs_pid", None) == os.getpid():
+            return True
+        provider = TracerProvider(
+            resource=Resource.create(
+                {"service.name": settings.OTEL_SERVICE_NAME, "service.instance.role": role}
+            )
+        )
+        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=500))
+        provider._jobs_pid = os.getpid()
+        # The global provider can be set once per process; after fork the
+        # child's copy still points at the parent's, so replace it directly.
+        trace._TRACER_PROVIDER_SET_ONCE._done = False
+        trace.set_tracer_provider(provider)
+        _provider = provider
+    _instrument(role)
+    return True
+
+
+def _instrument(role: str) -> None:
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
+    if not CeleryInstrumentor().is_instrumented_by_opentelemetry:
+        CeleryInstrumentor().instrument()
+    if role == "web":
+        from opentelemetry.instrumentation.django import DjangoInstrumentor
+
+        if not DjangoInstrumentor().is_instrumented_by_opentelemetry:
+            DjangoInstrumentor().instrument()
+
+
+def shutdown() -> None:
+    """Flush and stop this process's provider (before a child exits)."""
+    global _provider
+    with _lock:
+        provider, _provider = _provider, None
+    if provider is not None and getattr(provider, "_jobs_pid", None) == os.getpid():
+        provider.force_flush()
+        provider.shutdown()
+
+
+def flush() -> None:
+    """Export pending spans now."""
+    if _provider is not None:
+        _provider.force_flush()
+
+
+def current_traceparent() -> str:
+    """The W3C traceparent of the active span, or "" when there is none."""
+    carrier: dict[str, str] = {}
+    _propagator.inject(carrier)
+    return carrier.get("traceparent", "")
+
+
+@contextmanager
+def in_trace(traceparent: str) -> Iterator[None]:
+    """Run the block with `traceparent` as the current context (no-op when empty)."""
+    if not traceparent:
+        yield
+        return
+    token = otel_context.attach(_propagator.extract({"traceparent": traceparent}))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+@contextmanager
+def attempt_span(
+    *, traceparent: str, job_id: object, kind: str, attempt: int, queue: str
+) -> Iterator[Any]:
+    """A span around one attempt, a child of the current span or else of `traceparent`.
+
+    Attributes follow our `job.*` namespace: job.id, job.kind, job.attempt,
+    job.queue; the caller adds job.outcome and job.retry_delay_seconds.
+    """
+    tracer = trace.get_tracer(TRACER_NAME)
+    parent = (
+        None
+        if trace.get_current_span().get_span_context().is_valid
+        else _propagator.extract({"traceparent": traceparent})
+    )
+    with tracer.start_as_current_span(
+        f"job.attempt {kind}",
+        context=parent,
+        kind=trace.SpanKind.CONSUMER,
+        attributes={
+            "job.id": str(job_id),
+            "job.kind": kind,
+            "job.attempt": attempt,
+            "job.queue": queue,
+        },
+    ) as span:
+        yield span
+
+
+def trace_id_of(span: Any) -> str:
+    """Hex trace id of `span`, or "" when it is not recording."""
+    ctx = span.get_span_context()
+    return format(ctx.trace_id, "032x") if ctx.is_valid else ""
