@@ -177,6 +177,9 @@ def run_demo() -> int:
                     "CELERY_BROKER_URL": redis_url,
                     "JOBS_KIND_OVERRIDES": DEMO_KIND_OVERRIDES,
                     "LOG_LEVEL": "INFO",
+                    # Its own metrics directories and port: never clash with `make up`.
+                    "JOBS_METRICS_DIR": str(DEMO_DIR / "metrics"),
+                    "JOBS_WORKER_METRICS_PORT": str(free_port()),
                 },
                 logdir=DEMO_DIR / "logs",
             )
@@ -233,6 +236,7 @@ def run_up() -> int:
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     password = env.str("DEVSTACK_ADMIN_PASSWORD", default="admin")
     flower_auth = env.str("FLOWER_BASIC_AUTH", default="admin:admin")
+    worker_metrics_port = port_or_free(env.int("JOBS_WORKER_METRICS_PORT", default=9808))
     with ExitStack() as cleanup:
         try:
             redis_url = cleanup.enter_context(
@@ -246,6 +250,7 @@ def run_up() -> int:
                     "REDIS_URL": redis_url,
                     "CELERY_BROKER_URL": env.str("CELERY_BROKER_URL", default=redis_url),
                     "FLOWER_BASIC_AUTH": flower_auth,
+                    "JOBS_WORKER_METRICS_PORT": str(worker_metrics_port),
                 },
                 logdir=ROOT / "var" / "up" / "logs",
             )
@@ -270,6 +275,8 @@ def run_up() -> int:
                 f"(header 'Authorization: Token {token}')\n"
                 f"docs:   http://127.0.0.1:{web_port}/api/docs/\n"
                 f"flower: http://127.0.0.1:{flower_port}/  (basic auth {flower_auth})\n"
+                f"metrics: http://127.0.0.1:{web_port}/metrics (web, scheduler, queues)  "
+                f"http://127.0.0.1:{worker_metrics_port}/metrics (worker)\n"
                 f"logs:   {stack.logdir.relative_to(ROOT)}/   Ctrl-C stops everything.\n",
                 flush=True,
             )

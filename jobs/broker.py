@@ -62,6 +62,12 @@ def ready_counts(queues: list[str]) -> dict[str, int]:
     return counts
 
 
+def server_run_id() -> str:
+    """The broker's run_id: a new value means Redis restarted (and, without
+    persistence, lost every message). Raises redis.RedisError when unreachable."""
+    return str(broker_client().info("server").get("run_id", ""))
+
+
 def unacked_key() -> str:
     """The hash where kombu's Redis transport keeps delivered, unacknowledged messages."""
     options = settings.CELERY_BROKER_TRANSPORT_OPTIONS

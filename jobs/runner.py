@@ -169,7 +169,7 @@ def run_kind(
             error_message=f"returned after the soft time limit of {policy.soft_time_limit}s",
         )
     try:
-        json.dumps(result)
+        json.dumps(result, allow_nan=False)  # NaN/Infinity are not JSON (jsonb refuses them)
     except (TypeError, ValueError) as exc:
         return _failure(AttemptOutcome.ERROR, exc, retryable=False)
     return AttemptReport(outcome=AttemptOutcome.SUCCEEDED, result=result)

@@ -56,6 +56,13 @@ def jobs_unpublished(*, enqueued_before: datetime, limit: int) -> QuerySet[Job]:
     ).order_by("enqueued_at")[:limit]
 
 
+def jobs_published_before(*, published_before: datetime, limit: int) -> QuerySet[Job]:
+    """Queued jobs whose message was published before `published_before` (oldest first)."""
+    return Job.objects.filter(status=JobStatus.QUEUED, published_at__lt=published_before).order_by(
+        "published_at"
+    )[:limit]
+
+
 def jobs_lease_expired(*, now: datetime, limit: int) -> QuerySet[Job]:
     """Running jobs whose attempt can no longer be alive (past hard limit + grace)."""
     return Job.objects.filter(status=JobStatus.RUNNING, lease_expires_at__lt=now).order_by(
@@ -145,3 +152,11 @@ def dead_letter_counts() -> dict[tuple[str, str], int]:
         .annotate(n=Count("id"))
     )
     return {(kind, reason): n for kind, reason, n in rows}
+
+
+def pending_retry_count() -> int:
+    """Jobs waiting in the scheduler's store for their next attempt (status retrying).
+
+    One indexed COUNT (jobs_job_status_next_idx); cheap enough for `celery inspect stats`.
+    """
+    return Job.objects.filter(status=JobStatus.RETRYING).count()

@@ -85,10 +85,21 @@ class AttemptReport:
     trace_id: str = ""
 
 
+def _canonical(value: Any) -> Any:
+    # 1 and 1.0 are the same request: a default of 0 and an explicit 0.0 must match.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    return value
+
+
 def request_fingerprint(*, kind: str, queue: str, payload: Any) -> str:
-    """SHA-256 hex of the canonical JSON of (kind, queue, payload)."""
+    """SHA-256 hex of the canonical JSON of (kind, queue, payload); integral floats count as ints."""
     canonical = json.dumps(
-        {"kind": kind, "queue": queue, "payload": payload},
+        {"kind": kind, "queue": queue, "payload": _canonical(payload)},
         sort_keys=True,
         separators=(",", ":"),
         default=str,
@@ -602,6 +613,31 @@ def outbox_sweep(*, now: datetime | None = None, limit: int = 500) -> int:
     return published
 
 
+def outbox_reopen(*, published_before: datetime, limit: int = 500) -> int:
+    """Mark queued jobs published before `published_before` as unpublished, for the sweep to republish.
+
+    For messages the broker lost (restart without persistence, flush,
+    eviction). A message that was not lost after all is delivered twice;
+    attempt_start drops the second copy. Returns how many rows were reopened.
+    """
+    ids = list(
+        selectors.jobs_published_before(published_before=published_before, limit=limit).values_list(
+            "id", flat=True
+        )
+    )
+    if not ids:
+        return 0
+    reopened = Job.objects.filter(
+        id__in=ids, status=JobStatus.QUEUED, published_at__lt=published_before
+    ).update(published_at=None)
+    logger.warning(
+        "outbox reopened for %s queued jobs published before %s",
+        reopened,
+        published_before.isoformat(),
+    )
+    return reopened
+
+
 def leases_expire(*, now: datetime | None = None, limit: int = 500) -> int:
     """Close running attempts past their lease as `worker_lost` and queue the job again.
 
@@ -686,6 +722,7 @@ def job_requeue(*, job_id: uuid.UUID | str) -> Job:
             raise InvalidTransition(f"job is {job.status}; only dead jobs can be requeued")
         job.status = JobStatus.QUEUED
         job.max_attempts = job.attempts_made + policy_for(job.kind).max_attempts
+        job.worker_losses = 0  # a fresh set of attempts gets a fresh poison count
         job.dead_reason = ""
         job.finished_at = None
         job.enqueued_at = timezone.now()
@@ -694,6 +731,7 @@ def job_requeue(*, job_id: uuid.UUID | str) -> Job:
             update_fields=[
                 "status",
                 "max_attempts",
+                "worker_losses",
                 "dead_reason",
                 "finished_at",
                 "enqueued_at",

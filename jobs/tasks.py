@@ -16,7 +16,7 @@ from celery.exceptions import TimeLimitExceeded
 from celery.worker.request import Request
 
 from jobs import runner, services
-from jobs.models import AttemptOutcome
+from jobs.models import AttemptOutcome, Job
 
 logger = logging.getLogger(__name__)
 
@@ -74,9 +74,12 @@ class AttemptTask(Task):
         self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
     ) -> None:
         if isinstance(exc, TimeLimitExceeded) and len(args) >= 2:
+            # A message redelivered after a worker loss runs a later attempt
+            # than it was published for: record the job's current attempt.
+            current = Job.objects.filter(id=args[0]).values_list("attempts_made", flat=True).first()
             status = services.attempt_interrupted(
                 job_id=args[0],
-                attempt=int(args[1]),
+                attempt=max(int(args[1]), current or 0),
                 outcome=AttemptOutcome.HARD_TIMEOUT,
                 message=f"hard time limit exceeded ({exc})",
             )

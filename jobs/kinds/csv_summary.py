@@ -68,7 +68,7 @@ class ColumnStats:
         "count",
         "nulls",
         "numeric",
-        "total",
+        "mean",
         "minimum",
         "maximum",
         "distinct",
@@ -79,7 +79,9 @@ class ColumnStats:
     def __init__(self, name: str, cap: int) -> None:
         self.name = name
         self.count = self.nulls = self.numeric = 0
-        self.total = 0.0
+        # A running mean, not a running total: a total of finite values can
+        # overflow to inf, which is not JSON.
+        self.mean = 0.0
         self.minimum = math.inf
         self.maximum = -math.inf
         self.distinct: set[str] = set()
@@ -103,7 +105,7 @@ class ColumnStats:
             return
         if math.isfinite(number):
             self.numeric += 1
-            self.total += number
+            self.mean += (number - self.mean) / self.numeric
             self.minimum = min(self.minimum, number)
             self.maximum = max(self.maximum, number)
 
@@ -116,7 +118,7 @@ class ColumnStats:
             "numeric_count": self.numeric,
             "min": self.minimum if has_numbers else None,
             "max": self.maximum if has_numbers else None,
-            "mean": self.total / self.numeric if has_numbers else None,
+            "mean": self.mean if has_numbers and math.isfinite(self.mean) else None,
             # With distinct_capped, distinct_count is a lower bound (the cap).
             "distinct_count": self.cap if self.capped else len(self.distinct),
             "distinct_capped": self.capped,
@@ -139,6 +141,9 @@ class CsvSummary(Kind):
                     if response.status_code >= 400:
                         raise PermanentError(f"HTTP {response.status_code} fetching {source}")
                     response.raw.decode_content = True
+                    # urllib3 closes the raw stream at EOF by default; TextIOWrapper
+                    # then fails its next read with "I/O operation on closed file".
+                    response.raw.auto_close = False
                     text = io.TextIOWrapper(
                         response.raw, encoding="utf-8", errors="replace", newline=""
                     )

@@ -1,0 +1,168 @@
+"""Fixtures of the unit tests: a private Redis broker, row factories, an API client.
+
+Unit tests never touch the shared Redis on 127.0.0.1:6379. A redis-server of
+our own, on a spare port, is the Celery broker for the whole session, so
+`job_publish` and the backpressure count run for real without workers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis
+from django.test import override_settings
+from django.utils import timezone
+
+from devstack.receiver import WebhookReceiver
+from devstack.services import RedisServer
+
+SHARED_REDIS_PORT = 6379
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_broker() -> Iterator[RedisServer]:
+    """A redis-server we start on a spare port, set as the broker for every test."""
+    from config.celery_app import app
+
+    server = RedisServer().start()
+    assert server.port != SHARED_REDIS_PORT
+    override = override_settings(CELERY_BROKER_URL=server.url, REDIS_URL=server.url)
+    override.enable()
+    # The Celery app read its config from Django settings; point it (and any
+    # connection pool it made already) at our server too.
+    app.conf.broker_url = server.url
+    if app._pool is not None:
+        app._pool.force_close_all()
+        app._pool = None
+    assert f":{server.port}/" in app.connection_for_write().as_uri()
+    try:
+        yield server
+    finally:
+        if app._pool is not None:
+            app._pool.force_close_all()
+            app._pool = None
+        override.disable()
+        server.stop()
+        shutil.rmtree(server.workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def broker_redis(private_broker: RedisServer) -> redis.Redis:
+    """A client of the private broker, emptied before the test."""
+    client = redis.Redis.from_url(private_broker.url)
+    client.flushdb()
+    return client
+
+
+@pytest.fixture
+def job_factory(db: None) -> Callable[..., Any]:
+    """Create Job rows; keyword arguments override the defaults."""
+    from jobs.models import Job, JobStatus
+
+    counter = itertools.count(1)
+
+    def make(**fields: Any) -> Job:
+        defaults: dict[str, Any] = {
+            "kind": "demo.flaky",
+            "queue": "default",
+            "payload": {"fail_times": 0, "sleep_seconds": 0},
+            "status": JobStatus.QUEUED,
+            "max_attempts": 5,
+            "request_fingerprint": f"fingerprint-{next(counter)}",
+            "enqueued_at": timezone.now(),
+        }
+        return Job.objects.create(**{**defaults, **fields})
+
+    return make
+
+
+@pytest.fixture
+def attempt_factory(db: None) -> Callable[..., Any]:
+    """Create Attempt rows for a job; keyword arguments override the defaults."""
+    from jobs.models import Attempt
+
+    def make(job: Any, **fields: Any) -> Attempt:
+        defaults: dict[str, Any] = {
+            "number": job.attempts_made or 1,
+            "worker_hostname": "worker@test",
+            "worker_pid": 1,
+            "started_at": timezone.now() - timedelta(seconds=1),
+        }
+        return Attempt.objects.create(job=job, **{**defaults, **fields})
+
+    return make
+
+
+@pytest.fixture
+def running_job(job_factory: Callable[..., Any], attempt_factory: Callable[..., Any]) -> Any:
+    """A demo.flaky job in attempt 1, started by `worker@test` (pid 1), lease live."""
+    from jobs.models import JobStatus
+
+    job = job_factory(
+        status=JobStatus.RUNNING,
+        attempts_made=1,
+        started_at=timezone.now(),
+        lease_expires_at=timezone.now() + timedelta(minutes=5),
+    )
+    attempt_factory(job, number=1)
+    return job
+
+
+@pytest.fixture
+def user(db: None) -> Any:
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create_user(username="api-user", password="not-used")
+
+
+@pytest.fixture
+def api_client(user: Any) -> Any:
+    """A DRF APIClient sending the user's token."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    token = Token.objects.create(user=user)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[WebhookReceiver]:
+    """The devstack webhook receiver on a free loopback port."""
+    with WebhookReceiver(seed=1) as server:
+        yield server
+
+
+@pytest.fixture
+def csv_root(tmp_path: Any, settings: Any) -> Any:
+    """A temporary directory that report.csv_summary may read from."""
+    settings.JOBS_CSV_ROOTS = [str(tmp_path)]
+    return tmp_path
+
+
+@pytest.fixture
+def attempt_context() -> Callable[..., Any]:
+    """Build an AttemptContext; `soft_in`/`hard_in` are seconds from now."""
+    import time
+
+    from jobs.kinds import AttemptContext
+
+    def make(*, soft_in: float = 30.0, hard_in: float = 45.0, attempt: int = 1) -> AttemptContext:
+        now = time.time()
+        return AttemptContext(
+            job_id=uuid.uuid4(),
+            kind="test.kind",
+            attempt=attempt,
+            max_attempts=5,
+            soft_deadline=now + soft_in,
+            hard_deadline=now + hard_in,
+        )
+
+    return make
