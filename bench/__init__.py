@@ -1,0 +1,1 @@
+"""Benchmarks, run on demand (never by the test suite)."""
