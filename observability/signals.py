@@ -14,10 +14,12 @@ import socket
 from typing import Any
 
 from celery import signals as celery_signals
+from django.conf import settings
+from django.dispatch import receiver
 
 from jobs import events
 from jobs.models import Attempt, AttemptOutcome, Job, JobStatus
-from observability import exporter, tracing
+from observability import dumps, exporter, tracing
 from observability import metrics as m
 
 logger = logging.getLogger(__name__)
@@ -62,6 +64,9 @@ def on_child_start(**_: Any) -> None:
     _child["tasks"] = 0
     _child["in_flight"] = set()
     tracing.setup(role="worker")
+    # After fork, so tracemalloc counts only this child's allocations.
+    frames = settings.JOBS_TRACEMALLOC_FRAMES if settings.JOBS_TRACEMALLOC else 0
+    dumps.install_child(tracemalloc_frames=frames)
 
 
 @celery_signals.worker_process_shutdown.connect
@@ -89,7 +94,7 @@ def child_lost(*, hostname: str, reason: str, signal_name: str | None = None) ->
         m.jobs_workers_lost_total.labels(host_of(hostname), signal_name).inc()
 
 
-def signal_of(exc: BaseException) -> str:
+def signal_of(exc: BaseException | str) -> str:
     """ "SIGKILL" from "Worker exited prematurely: signal 9 (SIGKILL)", else "exitcode N" or "unknown"."""
     text = str(exc)
     match = re.search(r"\((SIG[A-Z0-9]+)\)", text)
@@ -140,8 +145,21 @@ def on_success(sender: Any = None, **_: Any) -> None:
     ).inc()
 
 
+# Task ids whose failure was counted. Celery 5.7 sends task_failure twice for a
+# hard time limit (Request.on_failure, then Request.on_timeout): count it once.
+_failed_ids: dict[str, None] = {}
+
+
 @celery_signals.task_failure.connect
-def on_failure(sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
+def on_failure(
+    sender: Any = None, task_id: str | None = None, exception: BaseException | None = None, **_: Any
+) -> None:
+    if task_id is not None:
+        if task_id in _failed_ids:
+            return
+        _failed_ids[task_id] = None
+        if len(_failed_ids) > 1000:
+            del _failed_ids[next(iter(_failed_ids))]
     req = sender.request
     labels = _labels(sender.name, req.hostname, _request_queue(req))
     m.celery_task_failed_total.labels(*labels, type(exception).__name__).inc()
@@ -150,23 +168,23 @@ def on_failure(sender: Any = None, exception: BaseException | None = None, **_: 
 # --- job events -------------------------------------------------------------
 
 
-@events.job_submitted.connect
+@receiver(events.job_submitted)
 def on_job_submitted(job: Job, **_: Any) -> None:
     m.jobs_submitted_total.labels(job.kind, job.queue).inc()
 
 
-@events.job_rejected.connect
+@receiver(events.job_rejected)
 def on_job_rejected(kind: str, queue: str, reason: str, **_: Any) -> None:
     m.jobs_rejected_total.labels(kind or m.UNKNOWN, queue or m.UNKNOWN, reason).inc()
 
 
-@events.attempt_started.connect
+@receiver(events.attempt_started)
 def on_attempt_started(job: Job, attempt: Attempt, **_: Any) -> None:
     m.jobs_attempts_in_flight.labels(job.kind, job.queue).inc()
     _child["in_flight"].add((job.pk, attempt.number))
 
 
-@events.attempt_finished.connect
+@receiver(events.attempt_finished)
 def on_attempt_finished(job: Job, attempt: Attempt, **_: Any) -> None:
     kind, queue, outcome = job.kind, job.queue, attempt.outcome
     key = (job.pk, attempt.number)
@@ -184,6 +202,15 @@ def on_attempt_finished(job: Job, attempt: Attempt, **_: Any) -> None:
         m.jobs_time_limits_hit_total.labels(kind, queue, "soft").inc()
     elif outcome == AttemptOutcome.HARD_TIMEOUT:
         m.jobs_time_limits_hit_total.labels(kind, queue, "hard").inc()
+        child_lost(hostname=attempt.worker_hostname, reason="hard_time_limit")
+    elif outcome == AttemptOutcome.WORKER_LOST:
+        # Recorded once per lost attempt, by whoever noticed (the worker's main
+        # process, a redelivery, the lease sweep); billiard's message names the signal.
+        child_lost(
+            hostname=attempt.worker_hostname,
+            reason="worker_lost",
+            signal_name=signal_of(attempt.error_message),
+        )
     if outcome != AttemptOutcome.SUCCEEDED and job.status in (JobStatus.RETRYING, JobStatus.QUEUED):
         m.jobs_retries_total.labels(kind, queue, outcome).inc()
         m.celery_task_retried_total.labels(
@@ -195,7 +222,7 @@ def on_attempt_finished(job: Job, attempt: Attempt, **_: Any) -> None:
         )
 
 
-@events.job_completed.connect
+@receiver(events.job_completed)
 def on_job_completed(job: Job, **_: Any) -> None:
     m.jobs_completed_total.labels(job.kind, job.queue, job.status).inc()
     if job.finished_at and job.created_at:
@@ -205,16 +232,16 @@ def on_job_completed(job: Job, **_: Any) -> None:
         m.jobs_dead_letters_total.labels(job.kind, job.queue, job.dead_reason or m.UNKNOWN).inc()
 
 
-@events.delivery_dropped.connect
+@receiver(events.delivery_dropped)
 def on_delivery_dropped(job: Job, reason: str, **_: Any) -> None:
     m.jobs_duplicate_deliveries_total.labels(job.kind, job.queue, reason).inc()
 
 
-@events.retry_budget_exhausted.connect
+@receiver(events.retry_budget_exhausted)
 def on_retry_budget_exhausted(job: Job, **_: Any) -> None:
     m.jobs_retry_budget_exhausted_total.labels(job.kind, job.queue).inc()
 
 
-@events.leak_suspected.connect
+@receiver(events.leak_suspected)
 def on_leak_suspected(kind: str, resource: str, **_: Any) -> None:
     m.jobs_leak_suspected_total.labels(kind, resource).inc()

@@ -31,6 +31,12 @@ JOBS_KIND_OVERRIDES: dict = env.json("JOBS_KIND_OVERRIDES", default={})
 JOBS_SCHEDULER_INTERVAL: float = env.float("JOBS_SCHEDULER_INTERVAL", default=0.25)
 JOBS_SWEEP_UNPUBLISHED_AFTER: float = env.float("JOBS_SWEEP_UNPUBLISHED_AFTER", default=5.0)
 JOBS_SCHEDULER_BATCH: int = env.int("JOBS_SCHEDULER_BATCH", default=500)
+# Queued jobs published longer ago than this (seconds) are published again:
+# a broker that restarted without persistence, was flushed or evicted keys
+# has lost their messages. A duplicate delivery is dropped unrun, so this
+# only costs a message. The scheduler also republishes at once when the
+# broker's run_id changes (a restart).
+JOBS_REPUBLISH_AFTER: float = env.float("JOBS_REPUBLISH_AFTER", default=600.0)
 # Extra seconds past the hard time limit before a running attempt's lease is
 # treated as expired (the attempt can no longer be alive).
 JOBS_LEASE_GRACE: float = env.float("JOBS_LEASE_GRACE", default=30.0)
@@ -72,6 +78,12 @@ JOBS_LEAK_RSS_THRESHOLD_BYTES: int = env.int(
     "JOBS_LEAK_RSS_THRESHOLD_BYTES", default=2 * 1024 * 1024
 )
 JOBS_LEAK_RSS_CONSECUTIVE: int = env.int("JOBS_LEAK_RSS_CONSECUTIVE", default=5)
+# Dumps on demand (`celery -A config inspect jobs_dump`): when true, every
+# worker child traces allocations with tracemalloc (started after fork, so
+# only the child's own allocations count), keeping FRAMES frames each; the
+# dump then lists the top allocation sites. Costs CPU and memory: off by default.
+JOBS_TRACEMALLOC: bool = env.bool("JOBS_TRACEMALLOC", default=False)
+JOBS_TRACEMALLOC_FRAMES: int = env.int("JOBS_TRACEMALLOC_FRAMES", default=1)
 # Tracing: OTLP is configured by the standard OTEL_* variables (off when no
 # endpoint is set); a JSON-lines file exporter for tests and local debugging.
 JOBS_OTEL_SPAN_FILE: str = env.str("JOBS_OTEL_SPAN_FILE", default="")

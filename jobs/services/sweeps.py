@@ -1,0 +1,119 @@
+"""The scheduler's passes: due retries, the outbox, lost messages, expired leases."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from jobs import selectors
+from jobs.models import Job, JobStatus
+from jobs.services.attempts import _record_worker_lost
+from jobs.services.submission import job_publish
+
+logger = logging.getLogger(__name__)
+
+
+def retries_promote_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Move due `retrying` jobs back to `queued` and publish them on commit.
+
+    Returns how many were promoted. Safe to run in several schedulers at once.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        ids = list(
+            selectors.jobs_due_for_retry(now=now, limit=limit)
+            .select_for_update(skip_locked=True)
+            .values_list("id", flat=True)
+        )
+        if not ids:
+            return 0
+        Job.objects.filter(id__in=ids, status=JobStatus.RETRYING).update(
+            status=JobStatus.QUEUED, next_attempt_at=None, enqueued_at=now, published_at=None
+        )
+        transaction.on_commit(lambda: [job_publish(job_id=i) for i in ids])
+    return len(ids)
+
+
+def outbox_sweep(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Republish queued jobs left unpublished past JOBS_SWEEP_UNPUBLISHED_AFTER seconds.
+
+    Returns how many were published.
+    """
+    now = now or timezone.now()
+    before = now - timedelta(seconds=settings.JOBS_SWEEP_UNPUBLISHED_AFTER)
+    ids = list(
+        selectors.jobs_unpublished(enqueued_before=before, limit=limit).values_list("id", flat=True)
+    )
+    published = 0
+    for job_id in ids:
+        if not job_publish(job_id=job_id):
+            break  # the broker is down: try the rest on the next pass
+        published += 1
+    if ids:
+        logger.info("outbox sweep published %s of %s unpublished jobs", published, len(ids))
+    return published
+
+
+def outbox_reopen(*, published_before: datetime, limit: int = 500) -> int:
+    """Mark queued jobs published before `published_before` as unpublished, for the sweep to republish.
+
+    For messages the broker lost (restart without persistence, flush,
+    eviction). A message that was not lost after all is delivered twice;
+    attempt_start drops the second copy. Returns how many rows were reopened.
+    """
+    ids = list(
+        selectors.jobs_published_before(published_before=published_before, limit=limit).values_list(
+            "id", flat=True
+        )
+    )
+    if not ids:
+        return 0
+    reopened = Job.objects.filter(
+        id__in=ids, status=JobStatus.QUEUED, published_at__lt=published_before
+    ).update(published_at=None)
+    logger.warning(
+        "outbox reopened for %s queued jobs published before %s",
+        reopened,
+        published_before.isoformat(),
+    )
+    return reopened
+
+
+def leases_expire(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Close running attempts past their lease as `worker_lost` and queue the job again.
+
+    A lease outlives the hard time limit, so such an attempt cannot still be
+    running; its worker died without any process able to record it (e.g.
+    the whole worker was killed). Returns how many attempts were closed.
+    """
+    now = now or timezone.now()
+    closed = 0
+    for job_id in list(
+        selectors.jobs_lease_expired(now=now, limit=limit).values_list("id", flat=True)
+    ):
+        with transaction.atomic():
+            job = (
+                Job.objects.select_for_update()
+                .filter(id=job_id, status=JobStatus.RUNNING, lease_expires_at__lt=now)
+                .first()
+            )
+            if job is None:
+                continue
+            row = job.attempts.filter(number=job.attempts_made).first()
+            if row is None or row.finished_at is not None:
+                continue
+            _record_worker_lost(
+                job,
+                row,
+                now=now,
+                requeued=False,
+                message="lease expired: no worker finished this attempt",
+            )
+            if job.status == JobStatus.QUEUED:
+                transaction.on_commit(lambda j=job.id: job_publish(job_id=j))
+            closed += 1
+    return closed
