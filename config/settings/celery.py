@@ -52,6 +52,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Fail fast when Redis is down; the outbox sweep republishes later.
     "socket_connect_timeout": 2,
     "socket_timeout": 5,
+    # One connection try per publish, no sleep-and-retry: otherwise kombu's
+    # failover loop blocks each publish ~6 s while Redis is down. The worker
+    # reconnects with its own loop (broker_connection_retry).
+    "max_retries": 0,
 }
 # #worker-soft-shutdown-timeout: on a cold shutdown (second SIGTERM, SIGQUIT)
 # running attempts still get this long before being cancelled and requeued;

@@ -1,0 +1,51 @@
+"""Fixtures for the integration tests (see harness.py for what a platform is).
+
+Most tests share one session platform (`platform`); tests that need a
+different environment (a queue limit, an hour-long backoff, a Redis
+restart) build their own with `platform_factory`.
+
+Nothing here uses pytest-django's database fixtures: the tests are black-box
+over HTTP, and read the database directly with psycopg only to count rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import FLAKY_POLICY, Platform, PlatformFactory, require_postgres
+
+
+@pytest.fixture(scope="session")
+def _logroot(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("integration-logs")
+
+
+@pytest.fixture(scope="session")
+def platform(_logroot: Path) -> Iterator[Platform]:
+    """The shared platform: web, a 2-process worker and the scheduler.
+
+    demo.flaky retries with FLAKY_POLICY (fast backoff).
+    """
+    require_postgres()
+    factory = PlatformFactory(logroot=_logroot)
+    try:
+        yield factory(
+            "shared", env={"JOBS_KIND_OVERRIDES": json.dumps({"demo.flaky": FLAKY_POLICY})}
+        )
+    finally:
+        factory.close()
+
+
+@pytest.fixture
+def platform_factory(_logroot: Path) -> Iterator[Callable[..., Platform]]:
+    """Build a platform with its own environment; torn down when the test ends."""
+    require_postgres()
+    factory = PlatformFactory(logroot=_logroot)
+    try:
+        yield factory
+    finally:
+        factory.close()

@@ -1,0 +1,223 @@
+"""The integration harness: real Redis, PostgreSQL, gunicorn, worker and scheduler.
+
+Every platform a test talks to is built by `PlatformFactory`: its own
+redis-server on a spare port, its own freshly created PostgreSQL database
+(migrated with `manage.py migrate`), a user with a DRF token, and the
+Procfile's processes started through `devstack.processes.Stack`. Teardown
+stops each process by pid, stops the redis-server and drops the database,
+whether the test passed or not.
+
+The fixtures in conftest.py wrap it; test modules import the constants and
+types from here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import requests
+
+from devstack.processes import Process, Stack
+from devstack.services import (
+    POSTGRES_DEFAULT_URL,
+    RedisServer,
+    create_database,
+    drop_database,
+    free_port,
+    postgres_reachable,
+    wait_for,
+)
+
+# Policy overrides of the shared platform: demo.flaky retries quickly, so the
+# retry tests take seconds. Tests read these numbers back from here.
+FLAKY_POLICY = {"max_attempts": 5, "backoff_base": 0.5, "backoff_floor": 0.2, "backoff_cap": 2.0}
+
+# Settings every platform gets. DEBUG off: with DEBUG on Django keeps every
+# query in memory, which would show up as worker growth in the memory test.
+BASE_ENV = {
+    "DJANGO_SETTINGS_MODULE": "config.settings.local",
+    "DJANGO_DEBUG": "false",
+    "LOG_LEVEL": "INFO",
+    "JOBS_SCHEDULER_INTERVAL": "0.1",
+    "OTEL_SDK_DISABLED": "true",
+}
+
+TERMINAL = frozenset({"succeeded", "dead", "cancelled"})
+HTTP_TIMEOUT = 30
+
+
+@dataclass
+class Platform:
+    """One running platform: its services, processes and an authenticated API client."""
+
+    name: str
+    stack: Stack
+    redis: RedisServer
+    database_url: str
+    base_url: str = ""
+    token: str = ""
+    web: Process | None = None
+    worker: Process | None = None
+    scheduler: Process | None = None
+    # The worker's /metrics (its main process); the web's is url("/metrics").
+    worker_metrics_url: str = ""
+    session: requests.Session = field(default_factory=requests.Session)
+
+    # -- HTTP -----------------------------------------------------------------
+    def url(self, path: str) -> str:
+        return f"{self.base_url}{path}"
+
+    def post_job(self, body: Any, **kwargs: Any) -> requests.Response:
+        """POST /api/jobs/ with the token; `body` is sent as JSON."""
+        return self.session.post(self.url("/api/jobs/"), json=body, timeout=HTTP_TIMEOUT, **kwargs)
+
+    def submit(self, kind: str, payload: dict[str, Any], **extra: Any) -> str:
+        """Submit a job, assert 202, return its id."""
+        response = self.post_job({"kind": kind, "payload": payload, **extra})
+        assert response.status_code == 202, response.text
+        return response.json()["id"]
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        response = self.session.get(self.url(f"/api/jobs/{job_id}/"), timeout=HTTP_TIMEOUT)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def job_count(self, **filters: str) -> int:
+        """`count` of GET /api/jobs/ with the given filters (status=, kind=)."""
+        response = self.session.get(self.url("/api/jobs/"), params=filters, timeout=HTTP_TIMEOUT)
+        assert response.status_code == 200, response.text
+        return response.json()["count"]
+
+    def wait_job(
+        self, job_id: str, *, statuses: frozenset[str] = TERMINAL, timeout: float = 60
+    ) -> dict[str, Any]:
+        """Poll the job until its status is in `statuses`; return its last state."""
+        last: dict[str, Any] = {}
+
+        def reached() -> bool:
+            last.update(self.job(job_id))
+            return last["status"] in statuses
+
+        try:
+            wait_for(reached, timeout=timeout, interval=0.1, what=f"job {job_id} in {statuses}")
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\nlast state: {last}\n{self.log_tails()}") from None
+        return last
+
+    # -- direct reads -----------------------------------------------------------
+    def scalar(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        """First column of the first row of `sql`, read with psycopg from this platform's database."""
+        dsn = self.database_url.replace("postgres://", "postgresql://", 1)
+        with psycopg.connect(dsn) as conn:
+            return conn.execute(sql, params).fetchone()[0]
+
+    def row_count(self) -> int:
+        """Rows in the jobs table, counted in the database itself."""
+        return self.scalar("SELECT count(*) FROM jobs_job")
+
+    def log_tails(self, chars: int = 3000) -> str:
+        """The end of every process log, for assertion messages."""
+        return "\n".join(
+            f"--- {p.name} (pid {p.pid}, {p.log_path}) ---\n{p.log()[-chars:]}"
+            for p in self.stack.processes
+        )
+
+
+@dataclass
+class PlatformFactory:
+    """Builds platforms; `close()` tears down everything it built, newest first."""
+
+    logroot: Path
+    exits: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    def __call__(
+        self,
+        name: str,
+        *,
+        env: dict[str, str] | None = None,
+        web: bool = True,
+        worker: bool = True,
+        scheduler: bool = True,
+        worker_concurrency: int = 2,
+    ) -> Platform:
+        """A platform named `name` with `env` added to BASE_ENV; starts the chosen processes."""
+        db_name = f"jobs_it_{name}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        database_url = create_database(db_name)
+        self.exits.callback(drop_database, db_name)
+        redis_server = RedisServer().start()
+        self.exits.callback(redis_server.stop)
+        worker_metrics_port = free_port()
+        stack = Stack(
+            env={
+                **BASE_ENV,
+                "DATABASE_URL": database_url,
+                "REDIS_URL": redis_server.url,
+                "CELERY_BROKER_URL": redis_server.url,
+                # Per platform: parallel platforms must not share metrics files or a port.
+                "JOBS_METRICS_DIR": str(self.logroot / db_name / "metrics"),
+                "JOBS_WORKER_METRICS_PORT": str(worker_metrics_port),
+                **(env or {}),
+            },
+            logdir=self.logroot / db_name,
+        )
+        # Registered after the services, so it runs first: processes stop by pid
+        # before their Redis and database go away.
+        self.exits.callback(stack.stop)
+        platform = Platform(
+            name=name,
+            stack=stack,
+            redis=redis_server,
+            database_url=database_url,
+            worker_metrics_url=f"http://127.0.0.1:{worker_metrics_port}/metrics",
+        )
+
+        stack.run(["python", "manage.py", "migrate", "--no-input"], timeout=300)
+        platform.token = _create_token(stack)
+        platform.session.headers["Authorization"] = f"Token {platform.token}"
+        self.exits.callback(platform.session.close)
+        if web:
+            port = free_port()
+            platform.web = stack.start_web(port, workers=2, threads=4, timeout=90)
+            platform.base_url = f"http://127.0.0.1:{port}"
+        if worker:
+            platform.worker = stack.start_worker(concurrency=worker_concurrency, timeout=120)
+        if scheduler:
+            platform.scheduler = stack.start_scheduler()
+        return platform
+
+    def close(self) -> None:
+        self.exits.close()
+
+
+_TOKEN_SCRIPT = """
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+user, _ = get_user_model().objects.get_or_create(
+    username="integration", defaults={"is_staff": True}
+)
+print("TOKEN=" + Token.objects.get_or_create(user=user)[0].key)
+"""
+
+
+def _create_token(stack: Stack) -> str:
+    out = stack.run(["python", "manage.py", "shell", "-c", _TOKEN_SCRIPT], timeout=120).stdout
+    for line in out.splitlines():
+        if line.startswith("TOKEN="):
+            return line.removeprefix("TOKEN=").strip()
+    raise RuntimeError(f"no token in manage.py shell output:\n{out}")
+
+
+def require_postgres() -> None:
+    if not postgres_reachable():
+        pytest.fail(
+            f"integration tests need PostgreSQL at {POSTGRES_DEFAULT_URL} (user postgres, "
+            "trust auth); none answered",
+            pytrace=False,
+        )
