@@ -212,6 +212,12 @@ def attempt_span(
         yield span
 
 
+def trace_id_from(traceparent: str) -> str:
+    """The trace id (32 hex digits) inside a W3C traceparent, or "" when there is none."""
+    parts = traceparent.split("-")
+    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else ""
+
+
 def trace_id_of(span: Any) -> str:
     """Hex trace id of `span`, or "" when it is not recording."""
     ctx = span.get_span_context()

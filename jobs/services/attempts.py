@@ -17,6 +17,7 @@ from jobs import events
 from jobs.kinds import policy_for
 from jobs.models import Attempt, AttemptOutcome, DeadReason, Job, JobStatus
 from jobs.services.records import RETRYABLE_OUTCOMES, AttemptReport, StartedAttempt
+from observability import tracing
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +115,13 @@ def attempt_start(
             rss_before_bytes=rss_bytes,
         )
         transaction.on_commit(lambda: events.attempt_started.send(sender=Job, job=job, attempt=row))
-    logger.info("attempt started job_id=%s kind=%s attempt=%s", job.id, job.kind, number)
+    logger.info(
+        "attempt started job_id=%s kind=%s attempt=%s trace_id=%s",
+        job.id,
+        job.kind,
+        number,
+        tracing.trace_id_from(job.trace_parent),
+    )
     return StartedAttempt(
         job_id=job.id,
         kind=job.kind,
@@ -183,12 +190,13 @@ def _record_worker_lost(
     if job.is_terminal:
         _completed(job)
     logger.warning(
-        "attempt lost job_id=%s kind=%s attempt=%s losses=%s status=%s: %s",
+        "attempt finished job_id=%s kind=%s attempt=%s outcome=worker_lost status=%s losses=%s trace_id=%s: %s",
         job.id,
         job.kind,
         row.number,
-        job.worker_losses,
         job.status,
+        job.worker_losses,
+        tracing.trace_id_from(job.trace_parent),
         message,
     )
 
@@ -256,12 +264,13 @@ def attempt_finish(
         else:
             _record_failure(job, row, report, now=now)
     logger.info(
-        "attempt finished job_id=%s kind=%s attempt=%s outcome=%s status=%s",
+        "attempt finished job_id=%s kind=%s attempt=%s outcome=%s status=%s trace_id=%s",
         job.id,
         job.kind,
         attempt,
         report.outcome,
         job.status,
+        report.trace_id or tracing.trace_id_from(job.trace_parent),
     )
     return job.status
 

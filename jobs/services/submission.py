@@ -130,7 +130,13 @@ def job_submit(
         if idempotency_key and existing is not None:
             return _idempotent_match(existing, fingerprint)
         raise
-    logger.info("job submitted job_id=%s kind=%s queue=%s", job.id, kind, queue)
+    logger.info(
+        "job submitted job_id=%s kind=%s queue=%s trace_id=%s",
+        job.id,
+        kind,
+        queue,
+        tracing.trace_id_from(job.trace_parent),
+    )
     return SubmitResult(job=job, created=True)
 
 
