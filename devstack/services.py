@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import socket
 import subprocess
@@ -9,6 +10,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
@@ -143,6 +145,44 @@ def _psycopg_dsn(url: str) -> str:
     return url.replace("postgres://", "postgresql://", 1)
 
 
+def database_url(admin_url: str, name: str) -> str:
+    """`admin_url` with its database replaced by `name` (TCP and `?host=/socket/dir` forms)."""
+    parts = urlsplit(admin_url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+_embedded_postgres: list[object] = []
+
+
+def ensure_postgres(url: str = POSTGRES_DEFAULT_URL) -> str:
+    """An admin URL of a PostgreSQL server: `url` when it answers, else an embedded one.
+
+    The embedded server (the `pgserver` wheel, which carries PostgreSQL's
+    binaries) listens on a Unix socket under var/pgserver/ and stops when
+    this process exits. Raises RuntimeError when neither is available.
+    """
+    if postgres_reachable(url):
+        return url
+    if _embedded_postgres:
+        return _embedded_postgres[1]
+    try:
+        import pgserver
+    except ImportError:
+        raise RuntimeError(
+            f"no PostgreSQL answers at {url} and the pgserver package is not installed"
+        ) from None
+    # Its exit-time INFO lines would land on streams pytest has already closed.
+    logging.getLogger("pgserver").setLevel(logging.WARNING)
+    datadir = Path(__file__).resolve().parent.parent / "var" / "pgserver"
+    datadir.mkdir(parents=True, exist_ok=True)
+    server = pgserver.get_server(str(datadir), cleanup_mode="stop")
+    socket_dir = server.get_uri().split("host=", 1)[1].split("&", 1)[0]
+    # Django (through django-environ's OPTIONS) and psycopg both read ?host=.
+    admin_url = f"postgres://postgres@/postgres?host={socket_dir}"
+    _embedded_postgres[:] = [server, admin_url]
+    return admin_url
+
+
 def create_database(name: str, *, admin_url: str = POSTGRES_DEFAULT_URL) -> str:
     """Create database `name` (dropping an old one of that name); return its URL."""
     import psycopg
@@ -150,7 +190,7 @@ def create_database(name: str, *, admin_url: str = POSTGRES_DEFAULT_URL) -> str:
     with psycopg.connect(_psycopg_dsn(admin_url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
-    return admin_url.rsplit("/", 1)[0] + f"/{name}"
+    return database_url(admin_url, name)
 
 
 def drop_database(name: str, *, admin_url: str = POSTGRES_DEFAULT_URL) -> None:

@@ -24,14 +24,15 @@ import psycopg
 import pytest
 import requests
 
+from config.env import env
 from devstack.processes import Process, Stack
 from devstack.services import (
     POSTGRES_DEFAULT_URL,
     RedisServer,
     create_database,
     drop_database,
+    ensure_postgres,
     free_port,
-    postgres_reachable,
     wait_for,
 )
 
@@ -149,8 +150,9 @@ class PlatformFactory:
     ) -> Platform:
         """A platform named `name` with `env` added to BASE_ENV; starts the chosen processes."""
         db_name = f"jobs_it_{name}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-        database_url = create_database(db_name)
-        self.exits.callback(drop_database, db_name)
+        admin_url = require_postgres()
+        database_url = create_database(db_name, admin_url=admin_url)
+        self.exits.callback(drop_database, db_name, admin_url=admin_url)
         redis_server = RedisServer().start()
         self.exits.callback(redis_server.stop)
         worker_metrics_port = free_port()
@@ -214,10 +216,13 @@ def _create_token(stack: Stack) -> str:
     raise RuntimeError(f"no token in manage.py shell output:\n{out}")
 
 
-def require_postgres() -> None:
-    if not postgres_reachable():
+def require_postgres() -> str:
+    """Admin URL of PostgreSQL: the one at 127.0.0.1:5432, else an embedded one (pgserver)."""
+    try:
+        return ensure_postgres(env.str("TEST_POSTGRES_URL", default=POSTGRES_DEFAULT_URL))
+    except RuntimeError as exc:
         pytest.fail(
             f"integration tests need PostgreSQL at {POSTGRES_DEFAULT_URL} (user postgres, "
-            "trust auth); none answered",
+            f"trust auth) or the pgserver package: {exc}",
             pytrace=False,
         )
