@@ -50,7 +50,7 @@ def stock(stack: Stack, pending: int) -> tuple[int, int, int]:
     os.environ["CELERY_BROKER_URL"] = stack.env["CELERY_BROKER_URL"]
     from celery import Celery
 
-    app = Celery("bench", broker=stack.env["CELERY_BROKER_URL"])
+    app = Celery("bench", broker=stack.env["CELERY_BROKER_URL"], set_as_current=False)
     app.conf.task_default_queue = "default"
     worker = stack.start_worker("-I", "bench.stock_tasks", concurrency=2, log_name="stock-worker")
     idle = settle_rss(worker.pid)
@@ -74,7 +74,7 @@ def ours(stack: Stack, pending: int, token: str, base_url: str) -> tuple[int, in
     """(idle RSS, RSS with `pending` retries waiting in the scheduler's store, messages held)."""
     from celery import Celery
 
-    app = Celery("bench", broker=stack.env["CELERY_BROKER_URL"])
+    app = Celery("bench", broker=stack.env["CELERY_BROKER_URL"], set_as_current=False)
     worker = stack.start_worker(concurrency=2, log_name="platform-worker")
     session = requests.Session()
     session.headers["Authorization"] = f"Token {token}"

@@ -11,10 +11,11 @@ from typing import Any
 
 from billiard.einfo import ExceptionInfo
 from billiard.exceptions import WorkerLostError
-from celery import Task, shared_task
+from celery import Task
 from celery.exceptions import TimeLimitExceeded
 from celery.worker.request import Request
 
+from config.celery_app import app
 from jobs import runner, services
 from jobs.models import AttemptOutcome, Job
 
@@ -91,7 +92,10 @@ class AttemptTask(Task):
             )
 
 
-@shared_task(
+# Bound to our app, not `shared_task`: a shared task publishes through the
+# process's *current* app, which any other `Celery()` made in the process
+# (a library, a test's inspection client) silently replaces.
+@app.task(
     name="jobs.run_attempt",
     base=AttemptTask,
     bind=True,

@@ -114,7 +114,7 @@ def test_worker_holds_no_pending_retries_and_stays_flat(
     assert waiting_an_hour == WARMUP + PENDING
 
     # and the worker holds none of them: nothing scheduled, reserved or active
-    app = Celery("integration-inspect", broker=platform.redis.url)
+    app = Celery("integration-inspect", broker=platform.redis.url, set_as_current=False)
     try:
         inspect = app.control.inspect(timeout=10)
         replies = {

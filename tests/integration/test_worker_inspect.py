@@ -120,7 +120,7 @@ def test_jobs_dump_returns_each_childs_rss_stacks_and_top_allocations(
     node = _nodename(platform.worker)
 
     # when jobs_dump is asked from Python, for the top 5 allocation sites
-    app = Celery(broker=platform.redis.url)
+    app = Celery(broker=platform.redis.url, set_as_current=False)
     try:
         replies = request_dump(
             app, destination=[node], top=5, deadline=5.0, timeout=INSPECT_TIMEOUT

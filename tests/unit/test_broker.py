@@ -104,3 +104,22 @@ def test_queue_max_ready_per_queue_override(settings: Any) -> None:
 
     assert selectors.queue_max_ready(queue="reports") == 3
     assert selectors.queue_max_ready(queue="default") == 100
+
+
+def test_publish_uses_our_app_even_when_another_celery_app_is_current(
+    broker_redis: redis.Redis,
+) -> None:
+    from celery import Celery
+
+    from jobs.tasks import run_attempt_task
+
+    # given another Celery app made in this process, which becomes the current app
+    Celery("someone-else", broker=f"redis://127.0.0.1:{free_port()}/0")
+
+    # when a job message is published
+    run_attempt_task.apply_async(
+        args=["00000000-0000-0000-0000-000000000000", 1], queue="default", retry=False
+    )
+
+    # then it still goes to our broker
+    assert broker.ready_counts(["default"]) == {"default": 1}
