@@ -77,10 +77,9 @@ class Process:
 
         Returns the exit code (None if it had to be killed and was not reaped).
         """
-        try:
-            pgid = os.getpgid(self.pid)
-        except ProcessLookupError:
-            pgid = None
+        # Started with start_new_session=True, so the group id is the pid, even
+        # after the leader has been reaped (os.getpgid would fail then).
+        pgid = self.pid
         if self.alive():
             os.kill(self.pid, sig)
             try:

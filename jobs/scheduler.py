@@ -71,6 +71,9 @@ def run_scheduler(*, stop: threading.Event, interval: float | None = None) -> No
         except DatabaseError as exc:
             logger.warning("scheduler pass failed: %s", exc)
             close_old_connections()
+        except Exception:
+            # One bad pass must not stop retries, the outbox and the lease sweep for good.
+            logger.exception("scheduler pass failed")
         if promoted < batch:
             stop.wait(interval)
     logger.info("scheduler stopped")

@@ -56,6 +56,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     # failover loop blocks each publish ~6 s while Redis is down. The worker
     # reconnects with its own loop (broker_connection_retry).
     "max_retries": 0,
+    # Scan for messages unacked past the visibility timeout (a worker that died
+    # with them) every unacked_restore_interval (10 s), not every 10th time.
+    "unacked_restore_throttle": 1,
 }
 # #worker-soft-shutdown-timeout: on a cold shutdown (second SIGTERM, SIGQUIT)
 # running attempts still get this long before being cancelled and requeued;
