@@ -14,6 +14,7 @@ from billiard.exceptions import WorkerLostError
 from celery import Task
 from celery.exceptions import TimeLimitExceeded
 from celery.worker.request import Request
+from celery.worker.state import task_ready
 
 from config.celery_app import app
 from jobs import runner, services
@@ -55,6 +56,9 @@ class AttemptRequest(Request):
                     "poison or exhausted job_id=%s: acknowledging instead of requeueing",
                     self.args[0],
                 )
+                # Celery's own on_failure starts with task_ready(); without it the
+                # request stays "active" forever (inspect active, tasks_active).
+                task_ready(self)
                 self.acknowledge()
                 return None
         return super().on_failure(

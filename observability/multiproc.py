@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 _FILE = re.compile(r"^(?P<type>[a-z]+)_(?:(?P<mode>[a-z]+)_)?(?P<pid>\d+)\.db$")
 ARCHIVED_TYPES = ("counter", "histogram", "summary")
+# MmapedDict's header: 4 bytes "used", 4 bytes padding.
+_HEADER_BYTES = 8
 
 
 _active_dir: Path | None = None
@@ -102,7 +104,19 @@ def locked(directory: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _has_values(path: Path) -> bool:
+    """Whether `path` can be read: prometheus-client creates a process's file empty and
+    only then sizes it, and reading it in between (or ever, if the process died
+    there) fails with struct.error. An empty file holds no values."""
+    try:
+        return path.stat().st_size >= _HEADER_BYTES
+    except FileNotFoundError:
+        return False
+
+
 def _fold(source: Path, archive: Path) -> None:
+    if not _has_values(source):
+        return
     values = list(MmapedDict.read_all_values_from_file(str(source)))
     if not values:
         return
@@ -166,5 +180,5 @@ class CompactingMultiProcessCollector(multiprocess.MultiProcessCollector):
             for directory in self._directories:
                 stack.enter_context(locked(directory))
                 compact(directory)
-                files.extend(str(p) for p in directory.glob("*.db"))
+                files.extend(str(p) for p in directory.glob("*.db") if _has_values(p))
             return self.merge(files, accumulate=True)
