@@ -4,7 +4,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.http import HttpRequest, JsonResponse
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from observability.exporter import metrics_view
@@ -14,10 +14,19 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+def api_not_found(request: HttpRequest) -> JsonResponse:
+    detail = f"No API endpoint at {request.path}."
+    return JsonResponse(
+        {"detail": detail, "errors": [{"field": "path", "reason": detail}]}, status=404
+    )
+
+
 urlpatterns = [
     path("api/", include("jobs.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    # Anything else under /api/ answers in the API's error shape, not Django's HTML page.
+    re_path(r"^api/", api_not_found),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
     path("metrics", metrics_view, name="metrics"),

@@ -19,6 +19,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
+from django.db import DataError
 from opentelemetry import trace
 
 from jobs import events, selectors, services
@@ -106,14 +107,34 @@ def _finish(*, job_id: str, attempt: int, report: AttemptReport) -> str | None:
     # outcome is already known, so record it again rather than lose it.
     for _ in range(3):
         try:
-            return services.attempt_finish(
-                job_id=job_id, attempt=attempt, report=report, rss_bytes=rss_bytes()
-            )
+            return _record(job_id=job_id, attempt=attempt, report=report)
         except SoftTimeLimitExceeded:
             continue
-    return services.attempt_finish(
-        job_id=job_id, attempt=attempt, report=report, rss_bytes=rss_bytes()
-    )
+    return _record(job_id=job_id, attempt=attempt, report=report)
+
+
+def _record(*, job_id: str, attempt: int, report: AttemptReport) -> str | None:
+    try:
+        return services.attempt_finish(
+            job_id=job_id, attempt=attempt, report=report, rss_bytes=rss_bytes()
+        )
+    except DataError as exc:
+        # The database refused this outcome (a value it cannot store). Record
+        # that as a permanent error rather than leave the job running until
+        # its lease expires and counts as a worker loss.
+        logger.error("outcome not storable job_id=%s attempt=%s: %s", job_id, attempt, exc)
+        unstorable = AttemptReport(
+            outcome=AttemptOutcome.ERROR,
+            error_type="UnstorableOutcome",
+            error_message=f"the database refused the attempt's {report.outcome} outcome: {exc}"[
+                :2000
+            ],
+            retryable=False,
+            trace_id=report.trace_id,
+        )
+        return services.attempt_finish(
+            job_id=job_id, attempt=attempt, report=unstorable, rss_bytes=rss_bytes()
+        )
 
 
 def run_kind(

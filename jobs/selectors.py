@@ -19,7 +19,11 @@ logger = logging.getLogger(__name__)
 
 
 def job_get(*, job_id: uuid.UUID | str) -> Job | None:
-    """The job with its attempts prefetched, or None."""
+    """The job with its attempts prefetched, or None (also for an id that is not a UUID)."""
+    try:
+        job_id = uuid.UUID(str(job_id))
+    except ValueError:
+        return None
     return Job.objects.prefetch_related("attempts").filter(id=job_id).first()
 
 

@@ -26,6 +26,16 @@ from jobs.kinds import kind_names
 from jobs.models import Job
 
 
+class LengthRequired(exceptions.APIException):
+    """411: a chunked body without Content-Length (Django's WSGI request cannot read it)."""
+
+    status_code = status.HTTP_411_LENGTH_REQUIRED
+    default_detail = (
+        "Send the body with a Content-Length header; chunked request bodies are not supported."
+    )
+    default_code = "length_required"
+
+
 def error_response(
     *,
     status_code: int,
@@ -79,6 +89,16 @@ def domain_error_response(exc: JobsError) -> Response:
         detail=str(exc),
         errors=[{"field": exc.field or "body", "reason": str(exc)}],
     )
+
+
+# The part of the request each generic error is about.
+_FIELD_BY_STATUS = {
+    status.HTTP_403_FORBIDDEN: "Authorization",
+    status.HTTP_404_NOT_FOUND: "path",
+    status.HTTP_405_METHOD_NOT_ALLOWED: "method",
+    status.HTTP_411_LENGTH_REQUIRED: "Content-Length",
+    status.HTTP_415_UNSUPPORTED_MEDIA_TYPE: "Content-Type",
+}
 
 
 def _rejection_reason(exc: Exception, status_code: int) -> str:
@@ -138,5 +158,7 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
             "errors": [{"field": "Authorization", "reason": str(exc.detail)}],
         }
     elif isinstance(response.data, dict) and "detail" in response.data:
-        response.data = {"detail": str(response.data["detail"]), "errors": []}
+        field = _FIELD_BY_STATUS.get(response.status_code, "body")
+        detail = str(response.data["detail"])
+        response.data = {"detail": detail, "errors": [{"field": field, "reason": detail}]}
     return response

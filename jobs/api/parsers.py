@@ -21,7 +21,8 @@ class BoundedJSONParser(JSONParser):
     """JSONParser that reads at most JOBS_MAX_REQUEST_BYTES (+1 to detect more).
 
     Raises RequestTooLarge (413) for a larger body, ParseError (400) for
-    malformed JSON or non-UTF-8 bytes.
+    malformed JSON, non-UTF-8 bytes, numbers Python refuses to convert or
+    nesting deeper than the interpreter's recursion limit.
     """
 
     def parse(
@@ -45,3 +46,7 @@ class BoundedJSONParser(JSONParser):
             raise ParseError(
                 f"Malformed JSON body: {exc.msg} at line {exc.lineno} column {exc.colno}."
             ) from exc
+        except RecursionError as exc:
+            raise ParseError("Malformed JSON body: nested too deeply.") from exc
+        except ValueError as exc:  # e.g. an integer past Python's 4300-digit limit
+            raise ParseError(f"Malformed JSON body: {exc}.") from exc

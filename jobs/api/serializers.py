@@ -7,11 +7,60 @@ from rest_framework import serializers
 from jobs.models import Attempt, Job
 
 
+def _header_text(value: str) -> str:
+    # WSGI hands header values over as latin-1; clients send UTF-8.
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
+
+
+def _check_key(value: str, field: str) -> str:
+    if len(value) > 255:
+        raise serializers.ValidationError(
+            {field: ["Ensure this value has at most 255 characters."]}
+        )
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise serializers.ValidationError({field: ["Control characters are not allowed."]})
+    return value
+
+
 class JobSubmitSerializer(serializers.Serializer):
+    """POST /api/jobs/ body. Unknown fields are refused, not dropped: a typo must not pass silently.
+
+    The idempotency key may come in the body or the `Idempotency-Key` header
+    (context["header_key"]); when both are given they must be equal.
+    """
+
     kind = serializers.CharField(max_length=100)
     payload = serializers.JSONField(help_text="An object matching the kind's payload schema.")
     queue = serializers.CharField(max_length=100, required=False, allow_blank=False)
     idempotency_key = serializers.CharField(max_length=255, required=False, allow_blank=False)
+
+    def validate(self, attrs: dict) -> dict:
+        unknown = (
+            sorted(set(self.initial_data) - set(self.fields))
+            if isinstance(self.initial_data, dict)
+            else []
+        )
+        if unknown:
+            raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        body_key = attrs.get("idempotency_key")
+        if body_key is not None:
+            _check_key(body_key, "idempotency_key")
+        header = self.context.get("header_key")
+        if header:
+            header_key = _check_key(_header_text(header), "Idempotency-Key")
+            if body_key is not None and body_key != header_key:
+                raise serializers.ValidationError(
+                    {
+                        "idempotency_key": [
+                            "Differs from the Idempotency-Key header; send one or make them equal."
+                        ]
+                    }
+                )
+            attrs["idempotency_key"] = header_key
+        return attrs
 
 
 class AttemptSerializer(serializers.ModelSerializer):

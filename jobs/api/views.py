@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
 from jobs import selectors, services
+from jobs.api.errors import LengthRequired
 from jobs.api.serializers import (
     JobAcceptedSerializer,
     JobListSerializer,
@@ -26,7 +27,9 @@ class JobViewSet(viewsets.GenericViewSet):
     """Submit, list, inspect, cancel and requeue jobs."""
 
     serializer_class = JobSerializer
-    lookup_value_regex = "[0-9a-fA-F-]{36}"
+    lookup_value_regex = (
+        "[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
+    )
 
     def get_queryset(self) -> Any:
         return selectors.job_list(
@@ -48,10 +51,15 @@ class JobViewSet(viewsets.GenericViewSet):
         ],
     )
     def create(self, request: Request) -> Response:
-        serializer = JobSubmitSerializer(data=request.data)
+        if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+            # WSGI gives Django no body without a Content-Length.
+            raise LengthRequired()
+        serializer = JobSubmitSerializer(
+            data=request.data, context={"header_key": request.headers.get("Idempotency-Key")}
+        )
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        key = data.get("idempotency_key") or request.headers.get("Idempotency-Key") or None
+        key = data.get("idempotency_key") or None
         result = services.job_submit(
             kind=data["kind"],
             payload=data["payload"],

@@ -89,6 +89,9 @@ class Kind:
             raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
         serializer = self.payload_serializer(data=payload)
         serializer.is_valid(raise_exception=True)
+        unknown = sorted(set(payload) - set(serializer.fields))
+        if unknown:
+            raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
         return dict(serializer.validated_data)
 
     def run(self, payload: dict[str, Any], ctx: AttemptContext) -> Any:

@@ -16,7 +16,7 @@ from django.utils import timezone
 from jobs import events
 from jobs.kinds import policy_for
 from jobs.models import Attempt, AttemptOutcome, DeadReason, Job, JobStatus
-from jobs.services.records import RETRYABLE_OUTCOMES, AttemptReport, StartedAttempt
+from jobs.services.records import RETRYABLE_OUTCOMES, AttemptReport, StartedAttempt, without_nul
 from observability import tracing
 
 logger = logging.getLogger(__name__)
@@ -68,6 +68,12 @@ def attempt_start(
     with transaction.atomic():
         job = Job.objects.select_for_update().filter(id=job_id).first()
         if job is None:
+            # Usually another deployment sharing this broker and queue name.
+            logger.warning(
+                "delivery dropped unrun: no job %s in this database (is another stack "
+                "consuming the same broker and queue?)",
+                job_id,
+            )
             return None
         job.deliveries += 1
         job.save(update_fields=["deliveries"])
@@ -256,7 +262,7 @@ def attempt_finish(
         if report.outcome == AttemptOutcome.SUCCEEDED:
             _close_attempt(row, report, now=now)
             job.status = JobStatus.SUCCEEDED
-            job.result = report.result
+            job.result = without_nul(report.result)
             job.finished_at = now
             job.lease_expires_at = None
             job.save(update_fields=["status", "result", "finished_at", "lease_expires_at"])
@@ -283,9 +289,9 @@ def _close_attempt(row: Attempt, report: AttemptReport, *, now: datetime) -> Non
     row.finished_at = now
     row.outcome = report.outcome
     row.trace_id = report.trace_id or row.trace_id
-    row.error_type = report.error_type[:255]
-    row.error_message = report.error_message[:10_000]
-    row.traceback = report.traceback[-20_000:]
+    row.error_type = without_nul(report.error_type[:255])
+    row.error_message = without_nul(report.error_message[:10_000])
+    row.traceback = without_nul(report.traceback[-20_000:])
     row.save()
 
 
@@ -296,7 +302,7 @@ def _completed(job: Job) -> None:
 def _record_failure(job: Job, row: Attempt, report: AttemptReport, *, now: datetime) -> None:
     """Close a failed attempt and send the job to `retrying` or `dead` by its policy."""
     policy = policy_for(job.kind)
-    job.last_error = f"{report.error_type}: {report.error_message}"[:10_000]
+    job.last_error = without_nul(f"{report.error_type}: {report.error_message}"[:10_000])
     job.lease_expires_at = None
     retryable = report.retryable and report.outcome in RETRYABLE_OUTCOMES
     if not retryable:

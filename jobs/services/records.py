@@ -22,6 +22,21 @@ RETRYABLE_OUTCOMES = frozenset(
 )
 
 
+def without_nul(value: Any) -> Any:
+    """`value` with every NUL character in strings and keys replaced by U+FFFD.
+
+    PostgreSQL's text and jsonb cannot hold NUL (0x00); a receiver's error
+    body or a CSV header may contain one.
+    """
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {without_nul(k): without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_nul(v) for v in value]
+    return value
+
+
 @dataclass(frozen=True)
 class SubmitResult:
     """`created` is False when an idempotent resubmission returned the existing job."""

@@ -35,6 +35,25 @@ def _canonical(value: Any) -> Any:
     return value
 
 
+def _nul_path(value: Any, path: str) -> str | None:
+    """Dotted path of the first string (or key) holding a NUL character, else None."""
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if "\x00" in str(key):
+                return path
+            found = _nul_path(item, f"{path}.{key}")
+            if found:
+                return found
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _nul_path(item, f"{path}.{index}")
+            if found:
+                return found
+    return None
+
+
 def request_fingerprint(*, kind: str, queue: str, payload: Any) -> str:
     """SHA-256 hex of the canonical JSON of (kind, queue, payload); integral floats count as ints."""
     canonical = json.dumps(
@@ -87,6 +106,9 @@ def job_submit(
         validated = job_kind.validate_payload(payload)
     except ValidationError as exc:
         raise InvalidSubmission(_flatten_errors(exc.detail, "payload")) from None
+    nul_at = _nul_path(validated, "payload") or _nul_path(idempotency_key or "", "idempotency_key")
+    if nul_at:
+        raise InvalidSubmission({nul_at: ["NUL characters (\\u0000) are not allowed."]})
     queue = queue or job_kind.queue
     if queue not in settings.JOBS_QUEUES:
         raise InvalidSubmission(

@@ -1,0 +1,135 @@
+"""Hostile and malformed input: always a 4xx in the API's error shape, never a 500, nothing written."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from jobs.models import Job
+
+pytestmark = pytest.mark.django_db
+
+JOBS_URL = "/api/jobs/"
+FLAKY = {"kind": "demo.flaky", "payload": {"fail_times": 1}}
+
+
+def _post_raw(client: APIClient, raw: str | bytes, **extra: Any) -> Any:
+    return client.post(JOBS_URL, data=raw, content_type="application/json", **extra)
+
+
+def _errors(response: Any) -> dict[str, str]:
+    data = response.json()
+    assert set(data) == {"detail", "errors"}, data
+    assert data["errors"], data
+    return {e["field"]: e["reason"] for e in data["errors"]}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"kind": "demo.flaky", "payload": {"fail_times": ' + "9" * 5000 + "}}",
+        '{"kind": "demo.flaky", "payload": ' + "[" * 50_000 + "]" * 50_000 + "}",
+    ],
+    ids=["integer-past-4300-digits", "nested-50000-deep"],
+)
+def test_api_submit_unparseable_json_is_400_not_500(api_client: APIClient, raw: str) -> None:
+    response = _post_raw(api_client, raw)
+
+    assert response.status_code == 400, response.content[:300]
+    assert "body" in _errors(response)
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({**FLAKY, "priority": 5}, "priority"),
+        ({"kind": "demo.flaky", "payload": {"fail_times": 1, "failtimes": 2}}, "payload.failtimes"),
+        (
+            {
+                "kind": "webhook.deliver",
+                "payload": {"url": "http://127.0.0.1:1/", "body": {"a": "x\x00y"}},
+            },
+            "payload.body.a",
+        ),
+        ({**FLAKY, "idempotency_key": "k\x00"}, "idempotency_key"),
+    ],
+    ids=["unknown-top-level-field", "unknown-payload-field", "nul-in-payload", "nul-in-key"],
+)
+def test_api_submit_refuses_unknown_fields_and_nul(
+    api_client: APIClient, body: Any, field: str
+) -> None:
+    response = _post_raw(api_client, json.dumps(body))
+
+    assert response.status_code == 400, response.content
+    assert field in _errors(response)
+    assert Job.objects.count() == 0
+
+
+def test_api_submit_idempotency_header_too_long_is_400(api_client: APIClient) -> None:
+    response = _post_raw(api_client, json.dumps(FLAKY), HTTP_IDEMPOTENCY_KEY="k" * 300)
+
+    assert response.status_code == 400
+    assert "Idempotency-Key" in _errors(response)
+    assert Job.objects.count() == 0
+
+
+def test_api_submit_idempotency_body_and_header_disagree_is_400(api_client: APIClient) -> None:
+    response = _post_raw(
+        api_client, json.dumps({**FLAKY, "idempotency_key": "a"}), HTTP_IDEMPOTENCY_KEY="b"
+    )
+
+    assert response.status_code == 400
+    assert "idempotency_key" in _errors(response)
+
+
+def test_api_submit_idempotency_header_utf8_is_decoded(api_client: APIClient) -> None:
+    # given a UTF-8 key, which WSGI hands over as latin-1 text
+    raw_header = "ключ".encode().decode("latin-1")
+
+    response = _post_raw(api_client, json.dumps(FLAKY), HTTP_IDEMPOTENCY_KEY=raw_header)
+
+    assert response.status_code == 202, response.content
+    assert Job.objects.get().idempotency_key == "ключ"
+
+
+def test_api_submit_chunked_body_is_411(api_client: APIClient) -> None:
+    response = _post_raw(api_client, json.dumps(FLAKY), HTTP_TRANSFER_ENCODING="chunked")
+
+    assert response.status_code == 411
+    assert "Content-Length" in _errors(response)
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/jobs/ffffffffffffffffffffffffffffffffffff/",
+        "/api/jobs/------------------------------------/",
+        "/api/jobs/zzz/",
+        "/api/nothing-here/",
+    ],
+)
+def test_api_bad_job_paths_are_json_404(api_client: APIClient, path: str) -> None:
+    response = api_client.get(path)
+
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("application/json")
+    assert "path" in _errors(response)
+
+
+def test_api_cancel_of_non_uuid_id_is_404(api_client: APIClient) -> None:
+    response = api_client.post("/api/jobs/ffffffffffffffffffffffffffffffffffff/cancel/")
+
+    assert response.status_code == 404
+    assert "path" in _errors(response)
+
+
+def test_api_wrong_method_and_media_type_name_the_problem(api_client: APIClient) -> None:
+    assert "method" in _errors(api_client.delete(JOBS_URL))
+    form = api_client.post(JOBS_URL, data={"kind": "demo.flaky"}, format="multipart")
+    assert form.status_code == 415
+    assert "Content-Type" in _errors(form)

@@ -1,0 +1,72 @@
+"""Outcomes the database cannot store never leave a job running."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import DataError
+
+from jobs import runner, services
+from jobs.models import AttemptOutcome, DeadReason, JobStatus
+from jobs.services import AttemptReport
+
+pytestmark = pytest.mark.django_db
+
+
+def test_attempt_finish_replaces_nul_in_result_and_error_text(running_job: Any) -> None:
+    # given a succeeded attempt whose result holds NUL in a key and a value
+    report = AttemptReport(outcome=AttemptOutcome.SUCCEEDED, result={"a\x00": ["x\x00y"]})
+
+    # when it is recorded
+    services.attempt_finish(job_id=running_job.id, attempt=1, report=report)
+
+    # then the stored result has U+FFFD where the NULs were
+    running_job.refresh_from_db()
+    assert running_job.result == {"a\ufffd": ["x\ufffdy"]}
+
+
+def test_attempt_finish_replaces_nul_in_error_text(running_job: Any) -> None:
+    report = AttemptReport(
+        outcome=AttemptOutcome.ERROR,
+        error_type="PermanentError",
+        error_message="HTTP 404: bad\x00thing",
+        retryable=False,
+    )
+
+    services.attempt_finish(job_id=running_job.id, attempt=1, report=report)
+
+    running_job.refresh_from_db()
+    attempt = running_job.attempts.get(number=1)
+    assert attempt.error_message == "HTTP 404: bad\ufffdthing"
+    assert "\x00" not in running_job.last_error
+    assert running_job.status == JobStatus.DEAD
+
+
+def test_runner_records_an_unstorable_outcome_as_permanent_error(
+    running_job: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a database that refuses the first outcome written (as PostgreSQL does for some values)
+    real_finish = services.attempt_finish
+    calls: list[AttemptReport] = []
+
+    def refusing_once(**kwargs: Any) -> Any:
+        calls.append(kwargs["report"])
+        if len(calls) == 1:
+            raise DataError("unsupported Unicode escape sequence")
+        return real_finish(**kwargs)
+
+    monkeypatch.setattr(services, "attempt_finish", refusing_once)
+
+    # when the runner records a success
+    status = runner._finish(
+        job_id=str(running_job.id),
+        attempt=1,
+        report=AttemptReport(outcome=AttemptOutcome.SUCCEEDED, result={"x": 1}),
+    )
+
+    # then the attempt is closed as a permanent error, not left running
+    assert status == JobStatus.DEAD
+    running_job.refresh_from_db()
+    assert running_job.dead_reason == DeadReason.ERROR
+    assert running_job.attempts.get(number=1).error_type == "UnstorableOutcome"
