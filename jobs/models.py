@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
@@ -54,6 +55,12 @@ class Job(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     kind = models.CharField(max_length=100)
     queue = models.CharField(max_length=100, default="default")
+    # Celery's message priority on Redis: 0 is taken first, 9 last; None
+    # publishes without one (served with priority 0). kombu groups them into
+    # the sub-queues of its priority_steps (0, 3, 6, 9).
+    priority = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(9)]
+    )
     payload = models.JSONField(default=dict)
     status = models.CharField(max_length=16, choices=JobStatus, default=JobStatus.QUEUED)
     attempts_made = models.PositiveIntegerField(default=0)

@@ -35,6 +35,13 @@ class JobSubmitSerializer(serializers.Serializer):
     kind = serializers.CharField(max_length=100)
     payload = serializers.JSONField(help_text="An object matching the kind's payload schema.")
     queue = serializers.CharField(max_length=100, required=False, allow_blank=False)
+    priority = serializers.IntegerField(
+        min_value=0,
+        max_value=9,
+        required=False,
+        allow_null=True,
+        help_text="Celery's Redis priority: 0 is taken first, 9 last.",
+    )
     idempotency_key = serializers.CharField(max_length=255, required=False, allow_blank=False)
 
     def validate(self, attrs: dict) -> dict:
@@ -93,6 +100,7 @@ class JobSerializer(serializers.ModelSerializer):
             "url",
             "kind",
             "queue",
+            "priority",
             "status",
             "payload",
             "attempts_made",

@@ -64,6 +64,7 @@ class JobViewSet(viewsets.GenericViewSet):
             kind=data["kind"],
             payload=data["payload"],
             queue=data.get("queue"),
+            priority=data.get("priority"),
             idempotency_key=key,
             user=request.user,
         )

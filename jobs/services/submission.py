@@ -54,10 +54,10 @@ def _nul_path(value: Any, path: str) -> str | None:
     return None
 
 
-def request_fingerprint(*, kind: str, queue: str, payload: Any) -> str:
+def request_fingerprint(*, kind: str, queue: str, payload: Any, priority: int | None = None) -> str:
     """SHA-256 hex of the canonical JSON of (kind, queue, payload); integral floats count as ints."""
     canonical = json.dumps(
-        {"kind": kind, "queue": queue, "payload": _canonical(payload)},
+        {"kind": kind, "queue": queue, "priority": priority, "payload": _canonical(payload)},
         sort_keys=True,
         separators=(",", ":"),
         default=str,
@@ -89,13 +89,15 @@ def job_submit(
     kind: str,
     payload: Any,
     queue: str | None = None,
+    priority: int | None = None,
     idempotency_key: str | None = None,
     user: Any = None,
 ) -> SubmitResult:
     """Validate and durably record a job, then publish it when the transaction commits.
 
-    Returns SubmitResult(job, created). Raises InvalidSubmission (unknown
-    kind, bad payload or queue), IdempotencyConflict (key reused with another
+    `priority` is Celery's Redis message priority (0 first, 9 last; None
+    for none). Returns SubmitResult(job, created). Raises InvalidSubmission
+    (unknown kind, bad payload, queue or priority), IdempotencyConflict (key reused with another
     request) or QueueFull (backpressure). Nothing is written when it raises.
     """
     try:
@@ -114,7 +116,9 @@ def job_submit(
         raise InvalidSubmission(
             {"queue": [f"unknown queue {queue!r}; known: {', '.join(settings.JOBS_QUEUES)}"]}
         )
-    fingerprint = request_fingerprint(kind=kind, queue=queue, payload=validated)
+    if priority is not None and not (isinstance(priority, int) and 0 <= priority <= 9):
+        raise InvalidSubmission({"priority": ["Must be an integer from 0 (first) to 9 (last)."]})
+    fingerprint = request_fingerprint(kind=kind, queue=queue, payload=validated, priority=priority)
 
     if idempotency_key:
         existing = Job.objects.filter(kind=kind, idempotency_key=idempotency_key).first()
@@ -135,6 +139,7 @@ def job_submit(
             job = Job.objects.create(
                 kind=kind,
                 queue=queue,
+                priority=priority,
                 payload=validated,
                 status=JobStatus.QUEUED,
                 max_attempts=policy.max_attempts,
@@ -181,7 +186,7 @@ def job_publish(*, job_id: uuid.UUID) -> bool:
 
     job = (
         Job.objects.filter(id=job_id, status=JobStatus.QUEUED)
-        .only("kind", "queue", "attempts_made", "trace_parent")
+        .only("kind", "queue", "priority", "attempts_made", "trace_parent")
         .first()
     )
     if job is None:
@@ -194,6 +199,7 @@ def job_publish(*, job_id: uuid.UUID) -> bool:
             run_attempt_task.apply_async(
                 args=[str(job.id), attempt],
                 queue=job.queue,
+                priority=job.priority,
                 task_id=f"{job.id}:{attempt}",
                 soft_time_limit=policy.soft_time_limit,
                 time_limit=policy.hard_time_limit,

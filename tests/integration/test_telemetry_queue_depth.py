@@ -11,13 +11,11 @@ How each part is produced, on one platform with a 20-child worker:
 - reserved: 20 demo.sleep jobs (300 s) run, one per child; with
   acks_late each message stays in kombu's `unacked` hash until it ends, and
   with prefetch 1 x 20 children the worker then takes nothing more;
-- ready: 30 more demo.sleep jobs are submitted through the API and wait in
-  the `default` list. The API does not publish with a priority, so the test
-  then moves 21 of these real messages (LMOVE, unchanged bodies) into the
-  three other priority sub-queue lists kombu uses for `default`
-  (`default\\x06\\x163`, `...6`, `...9`; jobs.broker.queue_keys), 7 each,
-  leaving 9 in the plain list: what a plain `LLEN default` reports
-  (celery-exporter issue 272) is then visibly wrong.
+- ready: 30 more demo.sleep jobs are submitted through the API with
+  priorities 0..9 three times over; kombu files them into the four lists it
+  keeps for `default` (`default`, `default\\x06\\x163`, `...6`, `...9`;
+  jobs.broker.queue_keys) as 9 / 9 / 9 / 3, so what a plain
+  `LLEN default` reports (celery-exporter issue 272) is visibly wrong.
 """
 
 from __future__ import annotations
@@ -82,14 +80,17 @@ def test_queue_depth_reports_ready_reserved_scheduled_exactly(
             interval=0.2,
             what="20 jobs running",
         )
-        # and 30 more waiting in the broker, 21 of them moved to priority sub-queues
-        job_ids += [platform.submit("demo.sleep", {"seconds": 300}) for _ in range(30)]
-        wait_for(lambda: broker.llen("default") == 30, timeout=30, what="30 ready messages")
-        for key in keys[1:]:
-            for _ in range(7):
-                assert broker.lmove("default", key, "RIGHT", "LEFT") is not None
+        # and 30 more waiting in the broker, submitted with priorities 0..9 x 3
+        job_ids += [
+            platform.submit("demo.sleep", {"seconds": 300}, priority=i % 10) for i in range(30)
+        ]
+        wait_for(
+            lambda: sum(broker.llen(key) for key in keys) == 30,
+            timeout=30,
+            what="30 ready messages",
+        )
         lengths = {key: broker.llen(key) for key in keys}
-        assert list(lengths.values()) == [9, 7, 7, 7], lengths
+        assert list(lengths.values()) == [9, 9, 9, 3], lengths
         assert broker.hlen("unacked") == 20
         assert _status_counts(platform) == {"retrying": 10, "running": 20, "queued": 30}
 

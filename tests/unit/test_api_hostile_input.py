@@ -46,7 +46,7 @@ def test_api_submit_unparseable_json_is_400_not_500(api_client: APIClient, raw: 
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        ({**FLAKY, "priority": 5}, "priority"),
+        ({**FLAKY, "priorty": 5}, "priorty"),
         ({"kind": "demo.flaky", "payload": {"fail_times": 1, "failtimes": 2}}, "payload.failtimes"),
         (
             {
