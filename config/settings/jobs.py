@@ -91,3 +91,13 @@ OTEL_EXPORTER_OTLP_ENDPOINT: str = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", defaul
 OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: str = env.str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", default="")
 OTEL_SDK_DISABLED: bool = env.bool("OTEL_SDK_DISABLED", default=False)
 OTEL_SERVICE_NAME: str = env.str("OTEL_SERVICE_NAME", default="django-jobs")
+
+# SSRF guard (jobs.kinds.netguard) for webhook.deliver and report.csv_summary
+# URLs: when false, a destination whose host is, or resolves to, a loopback,
+# private, link-local, reserved, multicast or unspecified address is refused
+# (400 at submit for a literal address, PermanentError when the attempt runs).
+# Default true here because local development, `make demo` and the tests
+# deliver to receivers on 127.0.0.1; this module is star-imported at the end
+# of base.py and cannot see DEBUG, so production.py sets the safe default
+# (false) itself. DNS rebinding is not covered: see jobs/kinds/netguard.py.
+JOBS_ALLOW_PRIVATE_DESTINATIONS: bool = env.bool("JOBS_ALLOW_PRIVATE_DESTINATIONS", default=True)

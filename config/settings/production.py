@@ -12,3 +12,6 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
+# Outbound URLs (webhooks, CSV sources) may not reach loopback, private or
+# link-local addresses (Redis, the metadata service) unless explicitly allowed.
+JOBS_ALLOW_PRIVATE_DESTINATIONS = env.bool("JOBS_ALLOW_PRIVATE_DESTINATIONS", default=False)

@@ -2,7 +2,9 @@
 
 Memory is bounded whatever the file size: rows are read one at a time and
 each column keeps O(1) numbers plus at most `distinct_cap` distinct values.
-Local paths must lie under settings.JOBS_CSV_ROOTS; URLs must be http(s).
+Local paths must lie under settings.JOBS_CSV_ROOTS and name a regular file;
+URLs must be http(s) and, unless settings.JOBS_ALLOW_PRIVATE_DESTINATIONS is
+true, reach only public addresses (jobs.kinds.netguard), redirects included.
 """
 
 from __future__ import annotations
@@ -10,15 +12,19 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import requests
 from django.conf import settings
 from django.core.validators import URLValidator
 from rest_framework import serializers
 
+from jobs.kinds import netguard
 from jobs.kinds.base import AttemptContext, Kind, PermanentError, RetryableError
 from jobs.kinds.registry import register
 from jobs.policy import Policy
@@ -26,6 +32,16 @@ from jobs.policy import Policy
 NULL_TOKENS = frozenset({"", "null", "none", "na", "n/a", "nan"})
 MAX_COLUMNS = 1000
 CANCEL_CHECK_EVERY_ROWS = 2000
+# Redirects followed for a URL source; each target is checked like the source.
+MAX_REDIRECTS = 5
+# Delimiters csv.reader cannot use with the default dialect: line breaks end
+# records and '"' is the quote character. (NUL is refused by CharField.)
+FORBIDDEN_DELIMITERS = {
+    "\n": "a line break (LF) ends a record",
+    "\r": "a line break (CR) ends a record",
+    '"': "it is the quote character",
+    "\x00": "NUL is not allowed",
+}
 
 
 def _is_url(source: str) -> bool:
@@ -44,20 +60,64 @@ def resolve_local_source(source: str) -> Path:
     raise ValueError(f"path must lie under one of {settings.JOBS_CSV_ROOTS}")
 
 
+def local_source_error(path: Path) -> str | None:
+    """Why the (resolved) `path` cannot be summarised, or None.
+
+    A path that does not exist (yet) is fine: the attempt fails permanently
+    if it is still missing. One that exists must be a regular file, not a
+    directory, FIFO, socket or device; one we cannot stat is refused.
+    """
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        return f"cannot access {str(path)!r}: {exc.strerror or exc}"
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        return f"{str(path)!r} is {kind}; source must be a regular file"
+    return None
+
+
 class CsvSummaryPayload(serializers.Serializer):
     source = serializers.CharField(max_length=4096, help_text="http(s) URL or local path")
-    delimiter = serializers.CharField(min_length=1, max_length=1, default=",")
+    # Not trimmed: "\t" and " " are delimiters, not blanks.
+    delimiter = serializers.CharField(
+        min_length=1, max_length=1, default=",", trim_whitespace=False
+    )
     has_header = serializers.BooleanField(default=True)
     distinct_cap = serializers.IntegerField(min_value=1, max_value=100_000, default=1000)
 
     def validate_source(self, value: str) -> str:
+        """A checked URL, or the resolved path of a regular file (or not yet existing one).
+
+        Raises ValidationError for a URL that is not http(s) or names a
+        literal non-public address (unless private destinations are allowed),
+        a path outside JOBS_CSV_ROOTS, or one that exists but is not a
+        regular file.
+        """
         if _is_url(value):
             URLValidator(schemes=["http", "https"])(value)
+            reason = netguard.literal_destination_error(value)
+            if reason:
+                raise serializers.ValidationError(reason)
             return value
         try:
-            return str(resolve_local_source(value))
+            path = resolve_local_source(value)
         except ValueError as exc:
             raise serializers.ValidationError(str(exc)) from exc
+        reason = local_source_error(path)
+        if reason:
+            raise serializers.ValidationError(reason)
+        return str(path)
+
+    def validate_delimiter(self, value: str) -> str:
+        """Any one character but a line break, '"' or NUL (FORBIDDEN_DELIMITERS)."""
+        if value in FORBIDDEN_DELIMITERS:
+            raise serializers.ValidationError(
+                f"{value!r} cannot be the delimiter: {FORBIDDEN_DELIMITERS[value]}."
+            )
+        return value
 
 
 class ColumnStats:
@@ -132,10 +192,17 @@ class CsvSummary(Kind):
     policy = Policy(max_attempts=3, soft_time_limit=120, hard_time_limit=150)
 
     def run(self, payload: dict[str, Any], ctx: AttemptContext) -> Any:
+        """Summarise the source once. Returns {"rows", "columns"} (see `summarise`).
+
+        Raises RetryableError for network errors, 429 and 5xx; PermanentError
+        for other 4xx, a destination (or redirect target) with a non-public
+        address while private destinations are not allowed, too many
+        redirects, a missing, unreadable or non-regular file, and malformed CSV.
+        """
         source = payload["source"]
         if _is_url(source):
             try:
-                with requests.get(source, stream=True, timeout=(5, 30)) as response:
+                with _fetch(source) as response:
                     if response.status_code == 429 or response.status_code >= 500:
                         raise RetryableError(f"HTTP {response.status_code} fetching {source}")
                     if response.status_code >= 400:
@@ -150,12 +217,54 @@ class CsvSummary(Kind):
                     return summarise(text, payload, ctx)
             except (requests.ConnectionError, requests.Timeout) as exc:
                 raise RetryableError(f"fetching {source}: {exc}") from exc
-        try:
-            handle = open(source, encoding="utf-8", errors="replace", newline="")  # noqa: SIM115
-        except FileNotFoundError as exc:
-            raise PermanentError(f"no such file: {source}") from exc
-        with handle:
+        with _open_regular_file(source) as handle:
             return summarise(handle, payload, ctx)
+
+
+def _fetch(url: str) -> requests.Response:
+    """The streamed GET response of `url`, following at most MAX_REDIRECTS redirects.
+
+    Redirects are followed here, not by requests, so that every target is
+    checked by netguard.check_destination before it is connected to. Raises
+    PermanentError for a refused destination, a redirect to a non-http(s)
+    URL or too many redirects; requests' errors propagate.
+    """
+    for _ in range(MAX_REDIRECTS + 1):
+        netguard.check_destination(url)
+        response = requests.get(url, stream=True, timeout=(5, 30), allow_redirects=False)
+        if not response.is_redirect:
+            return response
+        location = response.headers["Location"]
+        response.close()
+        target = urljoin(url, location)
+        if not _is_url(target):
+            raise PermanentError(f"{url} redirects to {location!r}, which is not http(s)")
+        url = target
+    raise PermanentError(f"more than {MAX_REDIRECTS} redirects fetching {url}")
+
+
+def _open_regular_file(source: str) -> io.TextIOWrapper:
+    """`source` opened as UTF-8 text (errors replaced) for the csv module.
+
+    Opened with O_NONBLOCK and checked with fstat before any read, so a FIFO
+    or device put there after submission fails fast instead of blocking.
+    Raises PermanentError when the file is missing, a directory or not a
+    regular file, or not readable (permissions).
+    """
+    try:
+        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError as exc:
+        raise PermanentError(f"no such file: {source}") from exc
+    except (IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        raise PermanentError(f"cannot open {source}: {exc.strerror or exc}") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PermanentError(f"not a regular file: {source}")
+        os.set_blocking(fd, True)
+        return open(fd, encoding="utf-8", errors="replace", newline="")  # noqa: SIM115
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def summarise(

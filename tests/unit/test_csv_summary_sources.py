@@ -8,14 +8,15 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from jobs.kinds import PermanentError, RetryableError
-from jobs.kinds.csv_summary import CsvSummary
+from jobs.kinds import PermanentError, RetryableError, netguard
+from jobs.kinds.csv_summary import MAX_REDIRECTS, CsvSummary
 
 SMALL_CSV = "name,age\nalice,30\nbob,\ncarol,40\ndave,50\n"
 
@@ -27,16 +28,42 @@ def _by_name(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # --- URL source -------------------------------------------------------------
 
 
+@dataclass
+class CsvHttp:
+    """A running CSV server: its base URL and the paths it was asked for, in order."""
+
+    url: str
+    paths: list[str] = field(default_factory=list)
+
+
 @pytest.fixture
-def csv_http_server(tmp_path: Path) -> Iterator[str]:
-    """An http.server on loopback: /data.csv serves tmp_path/data.csv, /status/N answers N."""
+def csv_http(tmp_path: Path) -> Iterator[CsvHttp]:
+    """An http.server on loopback serving files of tmp_path.
+
+    /data.csv serves tmp_path/data.csv, /status/N answers N, /redirect?to=X
+    answers 302 to X, /loop redirects to itself.
+    """
     root = tmp_path
+    served = CsvHttp(url="")
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
             pass
 
+        def _redirect(self, location: str) -> None:
+            self.send_response(302)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
         def do_GET(self) -> None:
+            served.paths.append(self.path)
+            if self.path.startswith("/redirect?to="):
+                self._redirect(self.path.split("=", 1)[1])
+                return
+            if self.path == "/loop":
+                self._redirect("/loop")
+                return
             if self.path.startswith("/status/"):
                 self.send_response(int(self.path.rsplit("/", 1)[1]))
                 self.send_header("Content-Length", "0")
@@ -53,11 +80,18 @@ def csv_http_server(tmp_path: Path) -> Iterator[str]:
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
+    served.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield served
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def csv_http_server(csv_http: CsvHttp) -> str:
+    """The base URL of `csv_http`."""
+    return csv_http.url
 
 
 def test_csv_summary_url_source_streams_and_summarises(
@@ -96,6 +130,82 @@ def test_csv_summary_url_connection_refused_is_retryable(
 
     with pytest.raises(RetryableError):
         kind.run(payload, attempt_context())
+
+
+# --- redirects and private destinations -------------------------------------
+
+
+def test_csv_summary_url_redirect_followed(
+    csv_http: CsvHttp, tmp_path: Path, attempt_context: Callable[..., Any]
+) -> None:
+    (tmp_path / "data.csv").write_text(SMALL_CSV)
+    kind = CsvSummary()
+    payload = kind.validate_payload({"source": f"{csv_http.url}/redirect?to=/data.csv"})
+
+    result = kind.run(payload, attempt_context())
+
+    assert result["rows"] == 4
+    assert csv_http.paths == ["/redirect?to=/data.csv", "/data.csv"]
+
+
+def test_csv_summary_url_too_many_redirects_is_permanent(
+    csv_http: CsvHttp, attempt_context: Callable[..., Any]
+) -> None:
+    kind = CsvSummary()
+    payload = kind.validate_payload({"source": f"{csv_http.url}/loop"})
+
+    with pytest.raises(PermanentError, match="redirects"):
+        kind.run(payload, attempt_context())
+    assert len(csv_http.paths) == MAX_REDIRECTS + 1
+
+
+def test_csv_summary_url_redirect_to_other_scheme_is_permanent(
+    csv_http: CsvHttp, attempt_context: Callable[..., Any]
+) -> None:
+    kind = CsvSummary()
+    payload = kind.validate_payload({"source": f"{csv_http.url}/redirect?to=file:///etc/passwd"})
+
+    with pytest.raises(PermanentError, match="not http"):
+        kind.run(payload, attempt_context())
+
+
+def test_csv_summary_url_private_destination_is_permanent_when_restricted(
+    csv_http: CsvHttp, attempt_context: Callable[..., Any], settings: Any
+) -> None:
+    # given a job accepted while private destinations were allowed
+    kind = CsvSummary()
+    payload = kind.validate_payload({"source": f"{csv_http.url}/data.csv"})
+
+    # when the setting is off at run time
+    settings.JOBS_ALLOW_PRIVATE_DESTINATIONS = False
+
+    # then the attempt fails permanently without a request
+    with pytest.raises(PermanentError, match="non-public"):
+        kind.run(payload, attempt_context())
+    assert csv_http.paths == []
+
+
+def test_csv_summary_url_redirect_to_private_destination_is_refused(
+    csv_http: CsvHttp,
+    tmp_path: Path,
+    attempt_context: Callable[..., Any],
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given a source that redirects to a loopback name, and a run-time check
+    # that passes the source (127.0.0.1 pretends to resolve to a public address)
+    (tmp_path / "data.csv").write_text(SMALL_CSV)
+    port = csv_http.url.rsplit(":", 1)[1]
+    source = f"{csv_http.url}/redirect?to=http://localhost:{port}/data.csv"
+    kind = CsvSummary()
+    payload = kind.validate_payload({"source": source})
+    settings.JOBS_ALLOW_PRIVATE_DESTINATIONS = False
+    monkeypatch.setattr(netguard, "resolve", lambda host, port: ["93.184.216.34"])
+
+    # then the redirect target is refused before it is requested
+    with pytest.raises(PermanentError, match="loopback name"):
+        kind.run(payload, attempt_context())
+    assert csv_http.paths == [source.removeprefix(csv_http.url)]
 
 
 # --- bounded memory ---------------------------------------------------------
