@@ -18,6 +18,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "jobs",
 ]
 
@@ -88,6 +89,10 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Jobs API",
     "DESCRIPTION": "Submit, inspect, cancel and requeue background jobs.",
     "VERSION": "0.1.0",
+    # Swagger UI's assets from the installed sidecar package, not a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 LOGGING = {

@@ -133,3 +133,12 @@ def test_api_wrong_method_and_media_type_name_the_problem(api_client: APIClient)
     form = api_client.post(JOBS_URL, data={"kind": "demo.flaky"}, format="multipart")
     assert form.status_code == 415
     assert "Content-Type" in _errors(form)
+
+
+def test_api_docs_page_serves_swagger_ui_without_a_cdn(api_client: APIClient) -> None:
+    response = api_client.get("/api/docs/")
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "swagger-ui" in page
+    assert "cdn.jsdelivr.net" not in page
