@@ -43,23 +43,30 @@ def queue_keys(queue: str) -> list[str]:
     ]
 
 
-def ready_counts(queues: list[str]) -> dict[str, int]:
-    """Ready (published, not yet reserved) messages per queue, in one pipeline.
-
-    Raises redis.RedisError when the broker cannot be reached.
-    """
+def _read_lengths(queues: list[str], *, with_unacked: bool) -> tuple[dict[str, int], list[bytes]]:
+    """Ready counts per queue (and, if asked, the unacked hash's values) in one pipeline."""
     pipe = broker_client().pipeline(transaction=False)
     key_lists = [queue_keys(q) for q in queues]
     for keys in key_lists:
         for key in keys:
             pipe.llen(key)
+    if with_unacked:
+        pipe.hvals(unacked_key())
     results = pipe.execute()
-    counts: dict[str, int] = {}
+    ready: dict[str, int] = {}
     position = 0
     for queue, keys in zip(queues, key_lists, strict=True):
-        counts[queue] = sum(results[position : position + len(keys)])
+        ready[queue] = sum(results[position : position + len(keys)])
         position += len(keys)
-    return counts
+    return ready, (results[-1] if with_unacked else [])
+
+
+def ready_counts(queues: list[str]) -> dict[str, int]:
+    """Ready (published, not yet reserved) messages per queue, in one pipeline.
+
+    Raises redis.RedisError when the broker cannot be reached.
+    """
+    return _read_lengths(queues, with_unacked=False)[0]
 
 
 def server_run_id() -> str:
@@ -82,20 +89,9 @@ def depth_counts(queues: list[str]) -> tuple[dict[str, int], dict[str, int]]:
     [message, exchange, routing_key]). Raises redis.RedisError when the
     broker cannot be reached.
     """
-    pipe = broker_client().pipeline(transaction=False)
-    key_lists = [queue_keys(q) for q in queues]
-    for keys in key_lists:
-        for key in keys:
-            pipe.llen(key)
-    pipe.hvals(unacked_key())
-    results = pipe.execute()
-    ready: dict[str, int] = {}
-    position = 0
-    for queue, keys in zip(queues, key_lists, strict=True):
-        ready[queue] = sum(results[position : position + len(keys)])
-        position += len(keys)
+    ready, unacked = _read_lengths(queues, with_unacked=True)
     reserved = dict.fromkeys(queues, 0)
-    for raw in results[-1]:
+    for raw in unacked:
         try:
             routing_key = json.loads(raw)[2]
         except (ValueError, IndexError, TypeError):
