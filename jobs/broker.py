@@ -26,6 +26,10 @@ def _client(url: str) -> redis.Redis:
         url,
         socket_connect_timeout=options.get("socket_connect_timeout", 2),
         socket_timeout=options.get("socket_timeout", 5),
+        # RESP2: these reads need nothing RESP3 offers, and redis-py 8's RESP3
+        # handshake (HELLO plus push-notification handlers) was seen failing
+        # with AttributeError under concurrent first use in gunicorn threads.
+        protocol=2,
     )
 
 

@@ -11,7 +11,6 @@ import threading
 import time
 from datetime import timedelta
 
-import redis
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
@@ -34,7 +33,7 @@ class BrokerRestartWatch:
         """True once after the broker's run_id changed; False while unreachable or unchanged."""
         try:
             run_id = broker.server_run_id()
-        except redis.RedisError:
+        except Exception:  # unreachable or unreadable: no verdict this time
             return False
         previous, self.run_id = self.run_id, run_id
         return previous is not None and previous != run_id

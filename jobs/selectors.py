@@ -7,7 +7,6 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-import redis
 from django.conf import settings
 from django.db.models import Count, Min, QuerySet
 from django.utils import timezone
@@ -90,8 +89,10 @@ def queue_ready_count(*, queue: str) -> int:
     ).count()
     try:
         ready = broker.ready_counts([queue])[queue]
-    except redis.RedisError as exc:
-        logger.warning("broker unreachable while counting queue %s: %s", queue, exc)
+    except Exception as exc:  # the broker or its client failing must not fail a submission
+        logger.warning(
+            "broker unreadable while counting queue %s: %s: %s", queue, type(exc).__name__, exc
+        )
         ready = 0
     return ready + outbox
 
@@ -115,8 +116,8 @@ def queue_depths(*, queues: list[str] | None = None) -> dict[str, QueueDepth]:
     queues = list(queues or settings.JOBS_QUEUES)
     try:
         ready, reserved = broker.depth_counts(queues)
-    except redis.RedisError as exc:
-        logger.warning("broker unreachable while measuring queues: %s", exc)
+    except Exception as exc:  # a scrape reports what it can
+        logger.warning("broker unreadable while measuring queues: %s: %s", type(exc).__name__, exc)
         ready, reserved = dict.fromkeys(queues, 0), dict.fromkeys(queues, 0)
     scheduled = dict(
         Job.objects.filter(status=JobStatus.RETRYING, queue__in=queues)

@@ -110,56 +110,68 @@ class Supervisor:
         try:
             if self._redis is None:
                 self._redis = redis.Redis.from_url(
-                    settings.CELERY_BROKER_URL, socket_connect_timeout=1, socket_timeout=1
+                    settings.CELERY_BROKER_URL,
+                    socket_connect_timeout=1,
+                    socket_timeout=1,
+                    protocol=2,
                 )
             return bool(self._redis.exists(cancel_key(job_id)))
-        except redis.RedisError:
+        except Exception:  # this thread enforces limits: a client failure must not end it
+            self._redis = None
             return False
 
     def _loop(self) -> None:
-        grace = settings.JOBS_ABORT_GRACE
         while True:
             time.sleep(POLL_SECONDS)
+            try:
+                self._tick(settings.JOBS_ABORT_GRACE)
+            except Exception:  # keep enforcing limits whatever one tick hit
+                logger.exception("attempt supervisor tick failed")
+
+    def _tick(self, grace: float) -> None:
+        """Flag the watched attempt at its soft deadline or on cancel; abort it `grace` s later."""
+        with self._lock:
+            watch = self._watch
+        if watch is None:
+            return
+        now = time.time()
+        if watch.reason is None:
+            if now >= watch.ctx.soft_deadline:
+                reason = "soft_timeout"
+            elif self._cancel_requested(watch.ctx.job_id):
+                reason = "cancelled"
+            else:
+                return
             with self._lock:
-                watch = self._watch
-            if watch is None:
-                continue
-            now = time.time()
-            if watch.reason is None:
-                if now >= watch.ctx.soft_deadline:
-                    reason = "soft_timeout"
-                elif self._cancel_requested(watch.ctx.job_id):
-                    reason = "cancelled"
-                else:
-                    continue
-                with self._lock:
-                    if self._watch is watch:
-                        watch.reason, watch.flagged_at = reason, now
-                        watch.ctx.cancel_event.set()
-                logger.info(
-                    "attempt flagged job_id=%s attempt=%s reason=%s",
-                    watch.ctx.job_id,
-                    watch.ctx.attempt,
-                    reason,
-                )
-            elif (
-                self._can_abort
-                and not watch.aborted
-                and watch.flagged_at is not None
-                and now - watch.flagged_at >= grace
-            ):
-                with self._lock:
-                    if self._watch is not watch:
-                        continue
-                    watch.aborted = True
-                logger.warning(
-                    "attempt ignored its %s flag for %ss; aborting job_id=%s attempt=%s",
-                    watch.reason,
-                    grace,
-                    watch.ctx.job_id,
-                    watch.ctx.attempt,
-                )
-                signal.pthread_kill(watch.main_thread_id, ABORT_SIGNAL)
+                if self._watch is watch:
+                    watch.reason, watch.flagged_at = reason, now
+                    watch.ctx.cancel_event.set()
+            logger.info(
+                "attempt flagged job_id=%s attempt=%s reason=%s",
+                watch.ctx.job_id,
+                watch.ctx.attempt,
+                reason,
+            )
+            return
+        if (
+            not self._can_abort
+            or watch.aborted
+            or watch.flagged_at is None
+            or now - watch.flagged_at < grace
+        ):
+            return
+        with self._lock:
+            if self._watch is not watch:
+                return
+            watch.aborted = True
+        logger.warning(
+            "attempt ignored its %s flag for %ss; aborting job_id=%s attempt=%s",
+            watch.reason,
+            grace,
+            watch.ctx.job_id,
+            watch.ctx.attempt,
+        )
+        signal.pthread_kill(watch.main_thread_id, ABORT_SIGNAL)
 
 
 supervisor = Supervisor()

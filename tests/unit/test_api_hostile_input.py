@@ -142,3 +142,21 @@ def test_api_docs_page_serves_swagger_ui_without_a_cdn(api_client: APIClient) ->
     page = response.content.decode()
     assert "swagger-ui" in page
     assert "cdn.jsdelivr.net" not in page
+
+
+def test_api_submit_survives_a_broker_client_failure(
+    api_client: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a broker client that fails in an unexpected way while counting the queue
+    from jobs import broker
+
+    def broken(queues: list[str]) -> dict[str, int]:
+        raise AttributeError("'NoneType' object has no attribute 'readline'")
+
+    monkeypatch.setattr(broker, "ready_counts", broken)
+
+    # when a job is submitted, then it is accepted and recorded (the outbox publishes it)
+    response = _post_raw(api_client, json.dumps(FLAKY))
+
+    assert response.status_code == 202, response.content
+    assert Job.objects.count() == 1
