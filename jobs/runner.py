@@ -75,10 +75,11 @@ def execute_attempt(*, job_id: str, attempt: int, hostname: str) -> str | None:
         report = replace(report, trace_id=tracing.trace_id_of(span))
         status = _finish(job_id=str(started.job_id), attempt=started.attempt, report=report)
         span.set_attribute("job.outcome", str(report.outcome))
-        delay = selectors.attempt_retry_delay(job_id=started.job_id, attempt=started.attempt)
-        if delay is not None:
-            span.set_attribute("job.retry_delay_seconds", delay)
         if report.outcome != AttemptOutcome.SUCCEEDED:
+            # Only a failed attempt can have scheduled a retry: no read after a success.
+            delay = selectors.attempt_retry_delay(job_id=started.job_id, attempt=started.attempt)
+            if delay is not None:
+                span.set_attribute("job.retry_delay_seconds", delay)
             span.set_status(trace.Status(trace.StatusCode.ERROR, report.error_type))
     leaked = leak_tracker().check(
         kind=started.kind,

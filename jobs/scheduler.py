@@ -1,6 +1,6 @@
 """The scheduler loop: promotes due retries, sweeps the outbox, lost messages and expired leases.
 
-Retries wait here, in the database, not as ETA messages inside a worker, so
+Retries wait here, in the database, not as delayed messages inside a worker, so
 worker memory and prefetch stay flat however many retries are pending.
 """
 

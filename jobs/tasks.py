@@ -1,7 +1,7 @@
 """The Celery task that runs one attempt. Thin: the runner and services do the work.
 
-Never `Task.retry()`, never a countdown or ETA: a retry waits in the
-database and the scheduler publishes it when due (DESIGN.md "Retries").
+A retry never waits inside the worker as a delayed Celery message: it waits in
+the database and the scheduler publishes it when due (DESIGN.md "Retries").
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -166,3 +167,36 @@ def attempt_context() -> Callable[..., Any]:
         )
 
     return make
+
+
+@pytest.fixture
+def deliver(receiver: Any, attempt_context: Callable[..., Any]) -> Callable[..., tuple[Any, Any]]:
+    """deliver(path, **payload) -> (ctx, result) of one WebhookDeliver.run."""
+
+    def run(path: str, *, attempt: int = 1, **payload: Any) -> tuple[Any, Any]:
+        from jobs.kinds.webhook import WebhookDeliver
+
+        kind = WebhookDeliver()
+        validated = kind.validate_payload({"url": receiver.url(path), **payload})
+        ctx = attempt_context(attempt=attempt)
+        return ctx, kind.run(validated, ctx)
+
+    return run
+
+
+@pytest.fixture
+def summarise_file(
+    csv_root: Path, attempt_context: Callable[..., Any]
+) -> Callable[..., dict[str, Any]]:
+    """summarise_file(text, **payload) -> the kind's result for a file under csv_root."""
+
+    def run(text: str, *, name: str = "data.csv", **payload: Any) -> dict[str, Any]:
+        path = csv_root / name
+        path.write_text(text, encoding="utf-8")
+        from jobs.kinds.csv_summary import CsvSummary
+
+        kind = CsvSummary()
+        validated = kind.validate_payload({"source": str(path), **payload})
+        return kind.run(validated, attempt_context())
+
+    return run
