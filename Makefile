@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo up test test-unit test-integration lint format bench clean
+.PHONY: install demo up observe test test-unit test-integration lint format bench clean fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -20,6 +20,9 @@ demo: $(STAMP)  ## run the platform's main job on real input, then stop everythi
 up: $(STAMP)  ## web, worker, scheduler and flower with no workload (Ctrl-C stops)
 	$(BIN)/python -m devstack up
 
+observe: $(STAMP)  ## `up` plus Debian's prometheus and alertmanager with platform/'s rules (Ctrl-C stops)
+	$(BIN)/python -m devstack observe
+
 test: $(STAMP)  ## the whole suite: unit and integration (real Redis, PostgreSQL, workers)
 	$(BIN)/python -m pytest
 
@@ -29,13 +32,20 @@ test-unit: $(STAMP)
 test-integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration
 
-lint: $(STAMP)
+lint: $(STAMP)  ## ruff (rules and formatting) and mypy ([tool.mypy] in pyproject.toml)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+bench: $(STAMP)  ## the platform against stock Celery and hand-written baselines, P1-P5 and memory (≤ 20 min; appends to docs/benchmarks.md)
+	$(BIN)/python -m bench
+
+fuzz: $(STAMP)  ## 10,000 generated requests against a live API (bench/fuzz_api.py)
+	$(BIN)/python -m bench.fuzz_api --requests 10000
 
 clean:
 	rm -rf var db.sqlite3 db.sqlite3-wal db.sqlite3-shm

@@ -1,1 +1,1 @@
-"""Benchmarks, run on demand (never by the test suite)."""
+"""Benchmarks, run on demand (`make bench`); the test suite runs only `--quick` smoke sizes."""

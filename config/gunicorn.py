@@ -19,6 +19,14 @@ def on_starting(server: Any) -> None:
     from observability.multiproc import activate, role_dir
 
     activate(role_dir("web"), wipe_first=True)
+    # Then the system checks, before binding or forking: a configuration
+    # error stops the server with one line instead of serving with it. This
+    # sets Django up in the master (after `activate`, so metrics stay in
+    # multiprocess mode); the checks open no database or broker connection.
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    from config.startup import refuse_on_check_errors
+
+    refuse_on_check_errors("web")
 
 
 def post_fork(server: Any, worker: Any) -> None:
@@ -28,9 +36,12 @@ def post_fork(server: Any, worker: Any) -> None:
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
     django.setup()
-    from observability import tracing
+    import observability
+    from jobs import db_deadline
 
-    tracing.setup(role="web")
+    observability.start("web")
+    # A silent database must not hold this worker's threads (jobs.db_deadline).
+    db_deadline.enable()
 
 
 def worker_exit(server: Any, worker: Any) -> None:

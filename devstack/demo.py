@@ -176,10 +176,15 @@ def run_demo() -> int:
                     "REDIS_URL": redis_url,
                     "CELERY_BROKER_URL": redis_url,
                     "JOBS_KIND_OVERRIDES": DEMO_KIND_OVERRIDES,
+                    # The receiver fails 30% of deliveries, above the retry budget's
+                    # 20%: retries it cannot place within 30 s (default 300 s) go dead
+                    # with reason `budget` now, so the demo shows the budget, briefly.
+                    "JOBS_RETRY_BUDGET_MAX_DEFERRAL": "30",
                     "LOG_LEVEL": "INFO",
                     # Its own metrics directories and port: never clash with `make up`.
                     "JOBS_METRICS_DIR": str(DEMO_DIR / "metrics"),
                     "JOBS_WORKER_METRICS_PORT": str(free_port()),
+                    "JOBS_SCHEDULER_METRICS_PORT": str(free_port()),
                 },
                 logdir=DEMO_DIR / "logs",
             )
@@ -237,6 +242,7 @@ def run_up() -> int:
     password = env.str("DEVSTACK_ADMIN_PASSWORD", default="admin")
     flower_auth = env.str("FLOWER_BASIC_AUTH", default="admin:admin")
     worker_metrics_port = port_or_free(env.int("JOBS_WORKER_METRICS_PORT", default=9808))
+    scheduler_metrics_port = port_or_free(env.int("JOBS_SCHEDULER_METRICS_PORT", default=9809))
     with ExitStack() as cleanup:
         try:
             redis_url = cleanup.enter_context(
@@ -251,6 +257,7 @@ def run_up() -> int:
                     "CELERY_BROKER_URL": env.str("CELERY_BROKER_URL", default=redis_url),
                     "FLOWER_BASIC_AUTH": flower_auth,
                     "JOBS_WORKER_METRICS_PORT": str(worker_metrics_port),
+                    "JOBS_SCHEDULER_METRICS_PORT": str(scheduler_metrics_port),
                 },
                 logdir=ROOT / "var" / "up" / "logs",
             )
@@ -275,8 +282,9 @@ def run_up() -> int:
                 f"(header 'Authorization: Token {token}')\n"
                 f"docs:   http://127.0.0.1:{web_port}/api/docs/\n"
                 f"flower: http://127.0.0.1:{flower_port}/  (basic auth {flower_auth})\n"
-                f"metrics: http://127.0.0.1:{web_port}/metrics (web, scheduler, queues)  "
-                f"http://127.0.0.1:{worker_metrics_port}/metrics (worker)\n"
+                f"metrics: http://127.0.0.1:{web_port}/metrics (web, queues)  "
+                f"http://127.0.0.1:{worker_metrics_port}/metrics (worker)  "
+                f"http://127.0.0.1:{scheduler_metrics_port}/metrics (scheduler, workers up)\n"
                 f"logs:   {stack.logdir.relative_to(ROOT)}/   Ctrl-C stops everything.\n",
                 flush=True,
             )

@@ -184,14 +184,18 @@ class Stack:
         timeout: float = 60,
         log_name: str = "worker",
         env: dict[str, str] | None = None,
+        hostname: str | None = None,
     ) -> Process:
-        """Start a Celery worker; returns once it logs that it is ready."""
+        """Start a Celery worker; returns once it logs that it is ready.
+
+        `hostname` is its node name ("name@host"; default a unique name on this host).
+        """
         process = self.start(
             "worker",
             "--concurrency",
             str(concurrency),
             "--hostname",
-            f"{log_name}-{time.time_ns()}@%h",
+            hostname or f"{log_name}-{time.time_ns()}@%h",
             *extra,
             log_name=log_name,
             env=env,
@@ -218,10 +222,11 @@ class Stack:
         )
         return process
 
-    def stop(self) -> None:
-        """Stop every process this stack started, newest first."""
+    def stop(self, *, timeout: float = 20) -> None:
+        """Stop every process this stack started, newest first; each is SIGKILLed
+        (with its group) if still running `timeout` seconds after its SIGTERM."""
         for process in reversed(self.processes):
-            process.stop()
+            process.stop(timeout=timeout)
         self.processes.clear()
 
 

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import logging
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+import requests
 
 
 def free_port() -> int:
@@ -35,6 +38,50 @@ def wait_for(predicate, *, timeout: float, interval: float = 0.05, what: str = "
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def stop_process(
+    process: subprocess.Popen | None, *, sig: int = signal.SIGTERM, timeout: float = 10
+) -> None:
+    """Stop `process` by pid: `sig` (SIGTERM unless said), SIGKILL after `timeout` seconds.
+
+    Waits for it to exit (reaped, no zombie); a process already gone or
+    None is left as it is. Never raises for a process that exited meanwhile.
+    """
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(sig)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=timeout)
+
+
+def wait_http_ready(
+    process: subprocess.Popen,
+    url: str,
+    *,
+    timeout: float,
+    what: str,
+    log: Callable[[], str],
+    error: type[Exception] = RuntimeError,
+) -> None:
+    """Poll GET `url` until it answers 200, while `process` runs.
+
+    Raises `error` (with the end of `log()`) when the process exits first,
+    TimeoutError after `timeout` seconds. The caller stops the process.
+    """
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise error(f"{what} exited early:\n{log()[-3000:]}")
+        try:
+            return requests.get(url, timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_for(ready, timeout=timeout, interval=0.1, what=f"{what} ready at {url}")
 
 
 def redis_reachable(url: str) -> bool:
@@ -108,14 +155,7 @@ class RedisServer:
 
     def stop(self, *, timeout: float = 10) -> None:
         """Stop the server (SIGTERM, then SIGKILL) and wait for the port to close."""
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=timeout)
+        stop_process(self.process, timeout=timeout)
         self.process = None
 
 
@@ -183,13 +223,21 @@ def ensure_postgres(url: str = POSTGRES_DEFAULT_URL) -> str:
     return admin_url
 
 
-def create_database(name: str, *, admin_url: str = POSTGRES_DEFAULT_URL) -> str:
-    """Create database `name` (dropping an old one of that name); return its URL."""
+def create_database(
+    name: str, *, admin_url: str = POSTGRES_DEFAULT_URL, template: str | None = None
+) -> str:
+    """Create database `name` (dropping an old one of that name); return its URL.
+
+    With `template`, the new database is a copy of that one (PostgreSQL's
+    CREATE DATABASE ... TEMPLATE: ~0.1 s, against ~2.5 s for `migrate`);
+    nobody may be connected to the template meanwhile. Raises psycopg errors.
+    """
     import psycopg
 
+    copy = f' TEMPLATE "{template}"' if template else ""
     with psycopg.connect(_psycopg_dsn(admin_url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"{copy}')
     return database_url(admin_url, name)
 
 
@@ -199,3 +247,127 @@ def drop_database(name: str, *, admin_url: str = POSTGRES_DEFAULT_URL) -> None:
 
     with psycopg.connect(_psycopg_dsn(admin_url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def postgres_bin_dir() -> Path:
+    """Directory holding `initdb` and `postgres`: the newest Debian build, else pgserver's.
+
+    Raises RuntimeError when neither is installed.
+    """
+    debian = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/postgres"),
+        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
+    )
+    if debian:
+        return debian[-1].parent
+    try:
+        import pgserver
+    except ImportError:
+        raise RuntimeError("no PostgreSQL binaries: neither Debian's nor pgserver's") from None
+    return Path(pgserver.__file__).parent / "pginstall" / "bin"
+
+
+@dataclass
+class PostgresServer:
+    """A PostgreSQL cluster of our own on a spare TCP port, for tests that stop the server.
+
+    Created with `initdb` in a temporary directory (trust auth, superuser
+    `postgres`, fsync off); `postgres` runs as a child process we hold by
+    pid, so `stop` can end it the way a crash or a failover would. Run as
+    root it runs as the `postgres` system user (PostgreSQL refuses root).
+    """
+
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen | None = None
+    datadir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="jobs-pg-"))
+    bindir: Path | None = None  # None: postgres_bin_dir()
+
+    @property
+    def url(self) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def _user(self) -> str | None:
+        """The system user to run as: None unless root; then `postgres`, else `pgserver`
+        (created with useradd when missing, as the pgserver wheel does)."""
+        import os
+        import pwd
+
+        if os.geteuid() != 0:
+            return None
+        for name in ("postgres", "pgserver"):
+            try:
+                pwd.getpwnam(name)
+                return name
+            except KeyError:
+                continue
+        subprocess.run(["useradd", "-s", "/bin/sh", "pgserver"], check=True, capture_output=True)
+        return "pgserver"
+
+    def start(self, *, timeout: float = 60) -> PostgresServer:
+        """Create the cluster on the first call, start `postgres`; returns once it accepts connections.
+
+        Raises RuntimeError (no binaries), subprocess.CalledProcessError
+        (initdb failed) or TimeoutError (not accepting within `timeout` s).
+        """
+        bindir = self.bindir or postgres_bin_dir()
+        user = self._user()
+        data = Path(self.datadir)
+        if not (data / "PG_VERSION").exists():
+            if user is not None:
+                shutil.chown(data, user=user)
+            subprocess.run(
+                [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-N"],
+                check=True,
+                capture_output=True,
+                user=user,
+                timeout=120,
+            )
+        log = open(data / "server.log", "ab")  # noqa: SIM115 - owned by the server process
+        try:
+            self.process = subprocess.Popen(
+                [
+                    str(bindir / "postgres"),
+                    "-D",
+                    str(data),
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    str(data),
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    "fsync=off",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                user=user,
+            )
+        finally:
+            log.close()
+        wait_for(
+            lambda: postgres_reachable(self.url),
+            timeout=timeout,
+            what=f"postgres on port {self.port}",
+        )
+        return self
+
+    def stop(self, *, mode: str = "fast", timeout: float = 30) -> None:
+        """Stop the server by pid and wait for it to exit.
+
+        `mode` is pg_ctl's: "smart" (SIGTERM: waits for clients), "fast"
+        (SIGINT: ends sessions, clean shutdown) or "immediate" (SIGQUIT: no
+        shutdown checkpoint, crash recovery at the next start). SIGKILL when
+        it has not exited within `timeout` seconds.
+        """
+        sig = {"smart": signal.SIGTERM, "fast": signal.SIGINT, "immediate": signal.SIGQUIT}[mode]
+        stop_process(self.process, sig=sig, timeout=timeout)
+        self.process = None
+
+    def destroy(self) -> None:
+        """Stop the server and delete its data directory."""
+        self.stop(mode="immediate")
+        shutil.rmtree(self.datadir, ignore_errors=True)

@@ -1,27 +1,172 @@
-"""System checks: configuration that would silently run attempts twice or never."""
+"""System checks: configuration that would silently run attempts twice, never, or fail later.
+
+Each web, worker and scheduler process refuses to start on an Error-level
+check (config.startup); `python manage.py check` lists them all.
+
+- jobs.E001: a kind's hard time limit is not below the broker's visibility
+  timeout, so a slow attempt would be redelivered while it still runs.
+- jobs.E002: JOBS_KIND_OVERRIDES is not an object of objects, or makes a
+  kind's Policy contradict itself (jobs.policy.Policy says which rules).
+- jobs.E003: JOBS_JSON_MAX_DEPTH is outside 1..MAX_JSON_DEPTH.
+- jobs.E004: a memory limit is negative, or a kind's soft memory limit (its
+  own or JOBS_MEMORY_SOFT_LIMIT_BYTES) is not below its hard one: the soft
+  limit would never ask the attempt to stop before it is ended.
+- jobs.E005 (worker only, config.startup.prepare_worker_memory): the
+  per-child memory limit is at or below what a fresh child already owns.
+- jobs.E006: a JOBS_RETRY_BUDGET_* setting the budget cannot work with (a
+  window or Redis timeout not above 0; a ratio, floor or maximum deferral
+  below 0).
+- jobs.W001: JOBS_KIND_OVERRIDES names a kind that is not registered (a
+  typo, or a fault kind while JOBS_FAULT_KINDS is off).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import Error, register
+from django.core.checks import CheckMessage, Error, Warning, register
+
+# Highest JOBS_JSON_MAX_DEPTH accepted: recursive code below the API (DRF
+# serializers, json.dumps, the request fingerprint) spends a few frames per
+# level, and Python's recursion limit is 1000 frames.
+MAX_JSON_DEPTH = 200
 
 
 @register()
-def check_visibility_timeout(app_configs: Any, **kwargs: Any) -> list[Error]:
+def check_kind_overrides(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    """JOBS_KIND_OVERRIDES must be {kind: {policy field: value}} and give valid policies."""
+    from jobs.kinds import get_kind, kind_names
+
+    overrides = settings.JOBS_KIND_OVERRIDES
+    if not isinstance(overrides, dict):
+        return [
+            Error(
+                f"JOBS_KIND_OVERRIDES must be a JSON object of kind names, not {overrides!r}",
+                hint='e.g. JOBS_KIND_OVERRIDES=\'{"webhook.deliver": {"max_attempts": 10}}\'',
+                id="jobs.E002",
+            )
+        ]
+    messages: list[CheckMessage] = []
+    known = set(kind_names())
+    for name, fields in overrides.items():
+        if name not in known:
+            messages.append(
+                Warning(
+                    f"JOBS_KIND_OVERRIDES names kind {name!r}, which is not registered; "
+                    f"known kinds: {', '.join(sorted(known))}",
+                    id="jobs.W001",
+                )
+            )
+            continue
+        try:
+            get_kind(name).policy.with_overrides(fields or {})
+        except ValueError as exc:
+            messages.append(
+                Error(
+                    f"JOBS_KIND_OVERRIDES[{name!r}] gives an invalid policy: {exc}",
+                    hint="fix or remove that override; jobs/policy.py lists the rules",
+                    id="jobs.E002",
+                )
+            )
+    return messages
+
+
+@register()
+def check_visibility_timeout(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
     """The Redis visibility timeout must exceed every kind's hard time limit (kombu issue 337)."""
     from jobs.kinds import kind_names, policy_for
 
-    errors = []
+    errors: list[CheckMessage] = []
     for name in kind_names():
-        hard = policy_for(name).hard_time_limit
+        try:
+            hard = policy_for(name).hard_time_limit
+        except (ValueError, AttributeError):
+            continue  # an invalid override: jobs.E002 reports it
         if hard >= settings.JOBS_VISIBILITY_TIMEOUT:
             errors.append(
                 Error(
                     f"kind {name!r} has hard_time_limit {hard}s >= JOBS_VISIBILITY_TIMEOUT "
                     f"{settings.JOBS_VISIBILITY_TIMEOUT}s: a slow attempt would be redelivered while running",
+                    hint="raise JOBS_VISIBILITY_TIMEOUT or lower the kind's hard_time_limit",
                     id="jobs.E001",
                 )
             )
     return errors
+
+
+@register()
+def check_json_depth(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    """JOBS_JSON_MAX_DEPTH must leave recursive code below the API room (1..MAX_JSON_DEPTH)."""
+    depth = settings.JOBS_JSON_MAX_DEPTH
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_JSON_DEPTH:
+        return [
+            Error(
+                f"JOBS_JSON_MAX_DEPTH is {depth!r}; it must be an integer from 1 to "
+                f"{MAX_JSON_DEPTH}: deeper JSON would reach Python's recursion limit",
+                id="jobs.E003",
+            )
+        ]
+    return []
+
+
+@register()
+def check_memory_limits(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    """Memory limits are >= 0 and each kind's effective soft one is below its hard one (jobs.memory_guard)."""
+    from jobs.kinds import kind_names, policy_for
+    from jobs.memory_guard import attempt_limits
+
+    errors: list[CheckMessage] = []
+    for name in (
+        "JOBS_MEMORY_SOFT_LIMIT_BYTES",
+        "JOBS_MEMORY_HARD_LIMIT_BYTES",
+        "JOBS_WORKER_MAX_MEMORY_PER_CHILD_BYTES",
+    ):
+        if getattr(settings, name) < 0:
+            errors.append(
+                Error(
+                    f"{name} is {getattr(settings, name)}; it must be >= 0 (0: no limit)",
+                    id="jobs.E004",
+                )
+            )
+    if errors:
+        return errors
+    for kind in kind_names():
+        try:
+            soft, hard = attempt_limits(policy_for(kind))
+        except ValueError:
+            continue  # an invalid override: jobs.E002 reports it
+        if soft and hard and soft >= hard:
+            errors.append(
+                Error(
+                    f"kind {kind!r} has a soft memory limit of {soft} bytes, not below its hard "
+                    f"memory limit of {hard} bytes: it would be ended before being asked to stop",
+                    hint="lower JOBS_MEMORY_SOFT_LIMIT_BYTES or the kind's soft_memory_limit, "
+                    "or raise the hard one",
+                    id="jobs.E004",
+                )
+            )
+    return errors
+
+
+@register()
+def check_retry_budget(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    """JOBS_RETRY_BUDGET_*: window and Redis timeout > 0 s; ratio, floor, max deferral >= 0."""
+    rules = [
+        ("JOBS_RETRY_BUDGET_WINDOW", settings.JOBS_RETRY_BUDGET_WINDOW, True),
+        ("JOBS_RETRY_BUDGET_REDIS_TIMEOUT", settings.JOBS_RETRY_BUDGET_REDIS_TIMEOUT, True),
+        ("JOBS_RETRY_BUDGET_RATIO", settings.JOBS_RETRY_BUDGET_RATIO, False),
+        ("JOBS_RETRY_BUDGET_FLOOR", settings.JOBS_RETRY_BUDGET_FLOOR, False),
+        ("JOBS_RETRY_BUDGET_MAX_DEFERRAL", settings.JOBS_RETRY_BUDGET_MAX_DEFERRAL, False),
+    ]
+    return [
+        Error(
+            f"{name} is {value!r}; it must be a number "
+            f"{'above 0' if positive else 'of at least 0'}",
+            id="jobs.E006",
+        )
+        for name, value, positive in rules
+        if isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (value <= 0 if positive else value < 0)
+    ]

@@ -6,12 +6,20 @@ import metrics. Every signal is sent with `sender=Job` and keyword arguments:
 - job_submitted(job)
 - job_rejected(kind, queue, reason)       reason: invalid, conflict, queue_full, too_large, unauthenticated
 - attempt_started(job, attempt)           in the process that runs it
-- attempt_finished(job, attempt)          `job` after the change (retrying or queued again
-                                          after a failed attempt means a retry was scheduled)
+- attempt_finished(job, attempt, decision)
+                                          `job` after the change; `decision` is the one
+                                          retry-or-dead verdict (jobs.decisions.Decision) on a
+                                          failed attempt, None after a success or when the job
+                                          had moved on
 - job_completed(job)                      the job reached succeeded, dead or cancelled
-- delivery_dropped(job, reason)           reason: live, terminal, stale
-- retry_budget_exhausted(job)
+- delivery_dropped(job, reason)           reason: live, terminal, stale, budget (a retry
+                                          held at its start by the retry budget)
 - leak_suspected(kind, resource)          resource: threads, memory (in the worker child)
+- message_lost(job)                       a queued job's message vanished from the broker;
+                                          the scheduler republishes it
+- memory_limit_hit(kind, queue, limit)    limit: soft, hard (jobs.memory_guard, worker child)
+- child_recycling(hostname, reason)       this worker child is about to be replaced
+                                          (reason: max_memory, max_tasks, memory_limit)
 """
 
 from django.dispatch import Signal
@@ -22,5 +30,7 @@ attempt_started = Signal()
 attempt_finished = Signal()
 job_completed = Signal()
 delivery_dropped = Signal()
-retry_budget_exhausted = Signal()
 leak_suspected = Signal()
+message_lost = Signal()
+memory_limit_hit = Signal()
+child_recycling = Signal()

@@ -33,6 +33,7 @@ class DeadReason(models.TextChoices):
     ERROR = "error"  # a non-retryable error
     POISON = "poison"  # the message kept killing its worker
     BUDGET = "budget"  # the kind's retry budget was spent
+    MEMORY_LIMIT = "memory_limit"  # an attempt went past the kind's memory limit
 
 
 class AttemptOutcome(models.TextChoices):
@@ -42,6 +43,9 @@ class AttemptOutcome(models.TextChoices):
     HARD_TIMEOUT = "hard_timeout"
     WORKER_LOST = "worker_lost"
     CANCELLED = "cancelled"
+    # Stopped by the memory guard (jobs.memory_guard): past the soft limit and
+    # stopped on its cancellation flag, or past the hard limit (child replaced).
+    MEMORY_LIMIT = "memory_limit"
 
 
 class Job(models.Model):
@@ -108,6 +112,33 @@ class Job(models.Model):
             # List API filters.
             models.Index(fields=["kind", "status", "created_at"], name="jobs_job_kind_status_idx"),
             models.Index(fields=["status", "created_at"], name="jobs_job_status_created_idx"),
+            # Admin list: newest first (Django adds -pk for a stable order), and
+            # each list filter with that order, so a filtered page is an index walk.
+            models.Index(fields=["created_at", "id"], name="jobs_job_created_idx"),
+            models.Index(fields=["kind", "created_at"], name="jobs_job_kind_created_idx"),
+            models.Index(fields=["queue", "created_at"], name="jobs_job_queue_created_idx"),
+            models.Index(
+                fields=["dead_reason", "created_at"],
+                condition=~Q(dead_reason=""),
+                name="jobs_job_dead_reason_idx",
+            ),
+            # Admin search by idempotency key alone (the unique constraint leads with kind).
+            models.Index(
+                fields=["idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="jobs_job_idem_key_idx",
+            ),
+            # Admin search by error text: a trigram GIN index on PostgreSQL,
+            # created by migration 0005 (no model-level equivalent that SQLite accepts).
+            # Lost-message check: queued jobs of one queue and priority published
+            # before a time. Partial, so its size is the queued backlog, and led by
+            # queue and priority, so a backlog in one sub-queue never lengthens the
+            # range read for another (jobs.services.lost_messages).
+            models.Index(
+                fields=["queue", "priority", "published_at"],
+                condition=Q(status="queued"),
+                name="jobs_job_queued_published_idx",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -9,18 +9,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import timedelta
+import uuid
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
-from django.utils import timezone
 
-from jobs import broker, services
+from jobs import broker, selectors, services
 
 logger = logging.getLogger(__name__)
 
 # The outbox and lease sweeps need not run on every tick.
 SWEEP_EVERY_SECONDS = 1.0
+# Rows one lost-message check examines, oldest first: a flushed broker under
+# a larger backlog is worked through this many per two checks.
+LOST_MESSAGE_LIMIT = 10_000
 
 
 class BrokerRestartWatch:
@@ -39,18 +41,91 @@ class BrokerRestartWatch:
         return previous is not None and previous != run_id
 
 
-def sweep(*, batch: int, watch: BrokerRestartWatch) -> None:
-    """One pass of the slower sweeps: lost messages, the outbox, expired leases."""
-    now = timezone.now()
+class LostMessageWatch:
+    """Republishes queued jobs whose message vanished, once two consecutive checks found them.
+
+    jobs.services.lost_messages finds the suspects. A consumer holds a message
+    for microseconds between taking it from a list and recording it as
+    unacknowledged, so one sighting proves nothing; the next check,
+    `interval` seconds later (JOBS_LOST_MESSAGE_CHECK_INTERVAL by default),
+    sees such a message recorded or its attempt started. The sightings live
+    in this process: a restarted scheduler confirms afresh.
+    """
+
+    def __init__(self, *, interval: float | None = None) -> None:
+        self.interval = settings.JOBS_LOST_MESSAGE_CHECK_INTERVAL if interval is None else interval
+        self.pending: dict[uuid.UUID, services.Suspect] = {}
+        self.next_check = 0.0  # time.monotonic() of the next check
+
+    def reset(self) -> None:
+        """Forget every sighting (the next suspects need two checks again)."""
+        self.pending = {}
+
+    def check(self, *, publish_limit: int) -> int:
+        """Run a check when one is due; returns how many jobs were put back for publishing.
+
+        Publishes at most `publish_limit` of them at once (outbox_sweep does
+        the rest). An unreadable broker is logged and skipped; raises the
+        database's errors.
+        """
+        if time.monotonic() < self.next_check:
+            return 0
+        self.next_check = time.monotonic() + self.interval
+        try:
+            found = services.lost_message_suspects(
+                queues=list(settings.JOBS_QUEUES),
+                margin=settings.JOBS_LOST_MESSAGE_MARGIN,
+                held_after=settings.JOBS_REPUBLISH_AFTER,
+                limit=LOST_MESSAGE_LIMIT,
+            )
+        except DatabaseError:
+            self.reset()
+            raise
+        except Exception as exc:  # kombu/redis raise many types for one outage
+            self.reset()  # "consecutive" means no failed check in between
+            logger.warning("lost-message check skipped: %s: %s", type(exc).__name__, exc)
+            return 0
+        confirmed = [
+            suspect
+            for job_id, suspect in found.items()
+            if (seen := self.pending.get(job_id)) is not None
+            and seen.published_at == suspect.published_at
+        ]
+        for suspect in confirmed:
+            del found[suspect.job_id]
+        self.pending = found
+        if not confirmed:
+            return 0
+        return services.lost_messages_republish(suspects=confirmed, publish_limit=publish_limit)
+
+
+def sweep(
+    *, batch: int, watch: BrokerRestartWatch, lost: LostMessageWatch, judge_leases: bool = True
+) -> None:
+    """One pass of the slower sweeps: a broker restart, the outbox, expired leases, lost messages.
+
+    `judge_leases` False skips the lease sweep (just after a database
+    outage, while workers still write the outcomes they kept on disk).
+    """
+    now = selectors.database_now()
     if watch.restarted():
         logger.warning("broker restarted (new run_id): republishing every queued job")
         while services.outbox_reopen(published_before=now, limit=batch) == batch:
             pass
-    services.outbox_reopen(
-        published_before=now - timedelta(seconds=settings.JOBS_REPUBLISH_AFTER), limit=batch
-    )
+        lost.reset()
     services.outbox_sweep(limit=batch)
-    services.leases_expire(limit=batch)
+    # Outcomes the runner could not write go in before any lease is judged
+    # expired: a spooled attempt ended; it must not be taken for a lost one.
+    try:
+        services.outcomes_drain(limit=batch)
+    except DatabaseError:
+        raise
+    except Exception as exc:  # Redis unreachable: no lease is judged until it is back
+        logger.warning("spooled outcomes not read: %s", exc)
+        return
+    if judge_leases:
+        services.leases_expire(limit=batch)
+    lost.check(publish_limit=batch)
 
 
 def run_scheduler(*, stop: threading.Event, interval: float | None = None) -> None:
@@ -58,17 +133,31 @@ def run_scheduler(*, stop: threading.Event, interval: float | None = None) -> No
     interval = settings.JOBS_SCHEDULER_INTERVAL if interval is None else interval
     batch = settings.JOBS_SCHEDULER_BATCH
     watch = BrokerRestartWatch()
+    lost = LostMessageWatch()
     last_sweep = 0.0
+    # Since when the database has answered every pass (None: the last one failed).
+    # Leases are judged only JOBS_LEASE_RECOVERY_GRACE seconds after that, at
+    # start too: a worker may hold outcomes on disk from before (jobs.spool_drainer).
+    db_ok_since: float | None = time.monotonic()
     logger.info("scheduler started interval=%ss batch=%s", interval, batch)
     while not stop.is_set():
         promoted = 0
         try:
             promoted = services.retries_promote_due(limit=batch)
+            if db_ok_since is None:
+                db_ok_since = time.monotonic()
             if time.monotonic() - last_sweep >= SWEEP_EVERY_SECONDS:
-                sweep(batch=batch, watch=watch)
+                sweep(
+                    batch=batch,
+                    watch=watch,
+                    lost=lost,
+                    judge_leases=time.monotonic() - db_ok_since
+                    >= settings.JOBS_LEASE_RECOVERY_GRACE,
+                )
                 last_sweep = time.monotonic()
         except DatabaseError as exc:
             logger.warning("scheduler pass failed: %s", exc)
+            db_ok_since = None
             close_old_connections()
         except Exception:
             # One bad pass must not stop retries, the outbox and the lease sweep for good.

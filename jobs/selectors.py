@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from functools import reduce
+from operator import or_
+from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Min, QuerySet
+from django.db import connection
+from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 
 from jobs import broker
@@ -26,14 +31,40 @@ def job_get(*, job_id: uuid.UUID | str) -> Job | None:
     return Job.objects.prefetch_related("attempts").filter(id=job_id).first()
 
 
-def job_list(*, status: str | None = None, kind: str | None = None) -> QuerySet[Job]:
-    """Jobs newest first, optionally filtered by status and kind."""
+def job_list(
+    *,
+    status: str | None = None,
+    kind: str | None = None,
+    queue: str | None = None,
+    ordering: str = "-created_at",
+) -> QuerySet[Job]:
+    """Jobs filtered by status, kind and queue, in `ordering` (a Job field, "-" for descending).
+
+    Ties are broken by id, so pages never overlap. Each filter has an index
+    that keeps the created_at order (jobs.models.Job.Meta.indexes).
+    """
     qs = Job.objects.all()
     if status:
         qs = qs.filter(status=status)
     if kind:
         qs = qs.filter(kind=kind)
-    return qs.order_by("-created_at")
+    if queue:
+        qs = qs.filter(queue=queue)
+    tie = "-id" if ordering.startswith("-") else "id"
+    return qs.order_by(ordering, tie)
+
+
+def job_creator(*, job_id: uuid.UUID | str) -> Any:
+    """The user who submitted the job (None when unknown, deleted or the job is gone)."""
+    job = Job.objects.select_related("created_by").filter(id=job_id).only("created_by").first()
+    return job.created_by if job is not None else None
+
+
+def job_attempts(*, job_id: uuid.UUID | str, limit: int) -> list[Attempt]:
+    """The job's last `limit` attempts, oldest first, in one query (tracebacks included)."""
+    rows = list(Attempt.objects.filter(job_id=job_id).order_by("-number")[:limit])
+    rows.reverse()
+    return rows
 
 
 def attempt_retry_delay(*, job_id: uuid.UUID | str, attempt: int) -> float | None:
@@ -66,6 +97,52 @@ def jobs_published_before(*, published_before: datetime, limit: int) -> QuerySet
     )[:limit]
 
 
+def database_now() -> datetime:
+    """The database server's current time (aware), the clock job_publish stamps with.
+
+    PostgreSQL's statement_timestamp(), not now(): the latter is the start
+    of an enclosing transaction. Raises the database's errors.
+    """
+    sql = "SELECT statement_timestamp()" if connection.vendor == "postgresql" else None
+    if sql is None:  # SQLite (tests, the demo): the host is the database's host
+        return timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return cursor.fetchone()[0]
+
+
+@dataclass(frozen=True)
+class SubQueueHorizon:
+    """Queued jobs of `queue` whose priority is one of `priorities` (None: no priority),
+    published before `before`, should no longer be waiting in that sub-queue."""
+
+    queue: str
+    priorities: tuple[int | None, ...]
+    before: datetime
+
+
+def jobs_published_before_horizons(*, horizons: list[SubQueueHorizon], limit: int) -> QuerySet[Job]:
+    """Queued jobs published before the horizon of their queue and priority, oldest first.
+
+    One query; each horizon is a range of the partial index
+    jobs_job_queued_published_idx (queue, priority, published_at WHERE
+    queued), so its cost follows the rows returned, not the backlog.
+    Rows with `published_at` NULL (the outbox) never match.
+    """
+    branches = []
+    for horizon in horizons:
+        values = [p for p in horizon.priorities if p is not None]
+        by_priority = Q(priority__in=values)
+        if None in horizon.priorities:
+            by_priority |= Q(priority__isnull=True)
+        branches.append(Q(queue=horizon.queue, published_at__lt=horizon.before) & by_priority)
+    if not branches:
+        return Job.objects.none()
+    return Job.objects.filter(reduce(or_, branches), status=JobStatus.QUEUED).order_by(
+        "published_at", "id"
+    )[:limit]
+
+
 def jobs_lease_expired(*, now: datetime, limit: int) -> QuerySet[Job]:
     """Running jobs whose attempt can no longer be alive (past hard limit + grace)."""
     return Job.objects.filter(status=JobStatus.RUNNING, lease_expires_at__lt=now).order_by(
@@ -78,18 +155,58 @@ def queue_max_ready(*, queue: str) -> int:
     return settings.JOBS_QUEUE_MAX_READY_OVERRIDES.get(queue, settings.JOBS_QUEUE_MAX_READY)
 
 
+# Per process: queue -> (monotonic time read, outbox count). See queue_ready_count.
+_outbox_counts: dict[str, tuple[float, int]] = {}
+
+
+def forget_outbox_count(queue: str | None = None) -> None:
+    """Drop this process's cached outbox count of `queue` (all queues when None).
+
+    Called when a publish failed here: the outbox grows while the broker is away.
+    """
+    if queue is None:
+        _outbox_counts.clear()
+    else:
+        _outbox_counts.pop(queue, None)
+
+
+def _outbox_count(queue: str) -> int:
+    max_age = settings.JOBS_BACKPRESSURE_OUTBOX_CACHE_SECONDS
+    now = time.monotonic()
+    cached = _outbox_counts.get(queue)
+    if cached is not None and now - cached[0] < max_age:
+        return cached[1]
+    count = Job.objects.filter(
+        queue=queue, status=JobStatus.QUEUED, published_at__isnull=True
+    ).count()
+    if max_age > 0:
+        _outbox_counts[queue] = (now, count)
+    return count
+
+
 def queue_ready_count(*, queue: str) -> int:
     """Jobs waiting to be picked up on `queue`: ready broker messages (every
     priority sub-queue) plus queued rows not yet published (the outbox).
 
-    When the broker is unreachable only the outbox is counted.
+    When the broker is unreachable only the outbox is counted (and, for
+    JOBS_BROKER_BACKOFF_SECONDS after a failed read, it is not asked). The broker
+    part is read on every call (one pipelined Redis round trip), so the
+    limit is exact while the broker is up. The outbox part, a database
+    round trip, is near 0 while publishing works; it is reused for up to
+    JOBS_BACKPRESSURE_OUTBOX_CACHE_SECONDS (seconds, per process; 0 reads it
+    every time) and forgotten when a publish from this process fails. Its
+    staleness: during a broker outage, rows other processes wrote to the
+    outbox in the last JOBS_BACKPRESSURE_OUTBOX_CACHE_SECONDS are not
+    counted yet, so a full queue can take that many more before answering 503.
     """
-    outbox = Job.objects.filter(
-        queue=queue, status=JobStatus.QUEUED, published_at__isnull=True
-    ).count()
+    outbox = _outbox_count(queue)
+    if broker.recently_unreachable():
+        return outbox  # as when the read fails, without waiting for it to fail again
     try:
         ready = broker.ready_counts([queue])[queue]
+        broker.mark_reachable()
     except Exception as exc:  # the broker or its client failing must not fail a submission
+        broker.mark_unreachable()
         logger.warning(
             "broker unreadable while counting queue %s: %s: %s", queue, type(exc).__name__, exc
         )
@@ -134,7 +251,7 @@ def queue_depths(*, queues: list[str] | None = None) -> dict[str, QueueDepth]:
         .values_list("queue")
         .annotate(m=Min("enqueued_at"))
     )
-    now = timezone.now()
+    now = database_now()
     return {
         q: QueueDepth(
             ready=ready.get(q, 0),

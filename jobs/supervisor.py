@@ -10,7 +10,10 @@ worker child that watches the attempt in progress:
 - `grace` seconds later it interrupts the main thread with AttemptAbort, a
   BaseException, which `except Exception` does not catch;
 - code that swallows even that is ended by the hard time limit (the parent
-  kills the child).
+  kills the child);
+- `freeze` stops the main thread where it is, for a child about to end
+  (jobs.memory_guard's hard limit: the attempt must not grow while its end
+  is recorded).
 
 Cancellation is read from Redis (`cancel_key(job_id)`, set by
 services.job_cancel), polled every POLL_SECONDS.
@@ -26,13 +29,19 @@ import time
 from dataclasses import dataclass
 
 import redis
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
+from jobs.broker_transport import redis_client
 from jobs.kinds.base import AttemptContext
 
 logger = logging.getLogger(__name__)
 
 ABORT_SIGNAL = signal.SIGRTMIN + 3  # unused by Celery and billiard
+FREEZE_SIGNAL = signal.SIGRTMIN + 5  # +4 is observability.dumps's DUMP_SIGNAL
+# How long a frozen main thread waits (seconds); its child ends well before
+# (jobs.memory_guard.HARD_EXIT_SECONDS).
+FREEZE_SECONDS = 60.0
 POLL_SECONDS = 0.2
 SUPERVISOR_THREAD_NAME = "jobs-attempt-supervisor"
 
@@ -40,7 +49,7 @@ SUPERVISOR_THREAD_NAME = "jobs-attempt-supervisor"
 class AttemptAbort(BaseException):  # noqa: N818 - mirrors SystemExit/KeyboardInterrupt
     """Raised in the attempt's thread to end it. A BaseException so `except Exception` cannot swallow it.
 
-    `reason` is "soft_timeout" or "cancelled".
+    `reason` is "soft_timeout", "cancelled" or "memory_limit".
     """
 
     def __init__(self, reason: str) -> None:
@@ -72,14 +81,18 @@ class Supervisor:
         self._pid = os.getpid()
         self._redis: redis.Redis | None = None
         self._can_abort = False
+        self._freeze = threading.Event()
+        self._frozen = threading.Event()
 
     def _ensure_thread(self) -> None:
         if self._thread is not None and self._thread.is_alive() and self._pid == os.getpid():
             return
         self._pid = os.getpid()
         self._redis = None
+        self._freeze, self._frozen = threading.Event(), threading.Event()
         try:
             signal.signal(ABORT_SIGNAL, self._on_abort_signal)
+            signal.signal(FREEZE_SIGNAL, self._on_freeze_signal)
             self._can_abort = True
         except ValueError:
             # Not the main thread (a threads pool): flag only; the hard limit still applies.
@@ -99,6 +112,50 @@ class Supervisor:
             watch, self._watch = self._watch, None
         return watch.reason if watch else None
 
+    def flag(self, ctx: AttemptContext, reason: str) -> bool:
+        """Set `ctx`'s cancellation flag for `reason` (e.g. "memory_limit"), from any thread.
+
+        The attempt is then aborted `grace` seconds later if it ignores the
+        flag, as at the soft deadline. Returns False when `ctx` is not the
+        attempt being watched or it was flagged already (the first reason stays).
+        """
+        with self._lock:
+            watch = self._watch
+            if watch is None or watch.ctx is not ctx or watch.reason is not None:
+                return False
+            watch.reason, watch.flagged_at = reason, time.monotonic()
+            ctx.cancel_event.set()
+        logger.info(
+            "attempt flagged job_id=%s attempt=%s reason=%s", ctx.job_id, ctx.attempt, reason
+        )
+        return True
+
+    def freeze(self, ctx: AttemptContext) -> bool:
+        """Stop the thread running `ctx` where it is, for good; from another thread.
+
+        For a child that is about to end: its main thread (where a prefork
+        child runs attempts) blocks in a signal handler at its next bytecode
+        and stays there (FREEZE_SECONDS at most), so it allocates nothing
+        more and holds the GIL no longer. A C call in progress finishes
+        first. Returns False, doing nothing, when `ctx` is not the watched
+        attempt or the attempt's thread cannot be signalled (a threads pool).
+        Returns once the thread is frozen or after 1 s.
+        """
+        with self._lock:
+            watch = self._watch
+        if watch is None or watch.ctx is not ctx or not self._can_abort:
+            return False
+        self._freeze.set()
+        signal.pthread_kill(watch.main_thread_id, FREEZE_SIGNAL)
+        self._frozen.wait(1.0)
+        return True
+
+    def _on_freeze_signal(self, signum: int, frame: object) -> None:
+        # No lock, no logging here: the thread may have been stopped holding either.
+        if self._freeze.is_set():
+            self._frozen.set()
+            threading.Event().wait(FREEZE_SECONDS)
+
     def _on_abort_signal(self, signum: int, frame: object) -> None:
         with self._lock:
             watch = self._watch
@@ -109,7 +166,7 @@ class Supervisor:
     def _cancel_requested(self, job_id: object) -> bool:
         try:
             if self._redis is None:
-                self._redis = redis.Redis.from_url(
+                self._redis = redis_client(
                     settings.CELERY_BROKER_URL,
                     socket_connect_timeout=1,
                     socket_timeout=1,
@@ -134,7 +191,7 @@ class Supervisor:
             watch = self._watch
         if watch is None:
             return
-        now = time.time()
+        now = time.monotonic()
         if watch.reason is None:
             if now >= watch.ctx.soft_deadline:
                 reason = "soft_timeout"
@@ -175,3 +232,41 @@ class Supervisor:
 
 
 supervisor = Supervisor()
+
+# billiard's soft time limit signal (billiard.pool.SIG_SOFT_TIMEOUT).
+SOFT_LIMIT_SIGNAL = signal.SIGUSR1
+# A soft limit signal this long before the watched attempt's own soft
+# deadline belongs to an earlier attempt (seconds).
+SOFT_LIMIT_SLACK = 0.5
+
+
+def _soft_limit_handler(signum: int, frame: object) -> None:
+    with supervisor._lock:
+        watch = supervisor._watch
+    if watch is not None and time.monotonic() >= watch.ctx.soft_deadline - SOFT_LIMIT_SLACK:
+        raise SoftTimeLimitExceeded()
+    logger.warning(
+        "late soft time limit signal ignored: it was sent for an attempt that already ended"
+    )
+
+
+def guard_soft_limit_signal() -> None:
+    """Let Celery's soft time limit signal raise only inside the kind's code of an overdue attempt.
+
+    billiard's parent sends the signal from its timeout thread, which looks
+    at a job up to a second late and, on a loaded host, after the child has
+    finished it: the signal then lands in the next attempt, often inside a
+    database call, where a SoftTimeLimitExceeded breaks the connection
+    mid-transaction (psycopg "another command is already in progress", then
+    "Cannot open a new connection in an atomic block" on every later
+    attempt of that child) or ends the child in its work loop. Found by
+    `manage.py jobs_storm`. The supervisor already enforces the soft
+    deadline inside the kind's code, so a signal with no overdue attempt
+    to end is logged and dropped. Call it in the child before each attempt:
+    billiard installs its own handler after `worker_process_init`.
+    """
+    if signal.getsignal(SOFT_LIMIT_SIGNAL) is not _soft_limit_handler:
+        try:
+            signal.signal(SOFT_LIMIT_SIGNAL, _soft_limit_handler)
+        except ValueError:  # not the main thread (a threads pool): billiard sends none
+            pass

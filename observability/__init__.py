@@ -1,1 +1,42 @@
-"""Telemetry of jobs and workers: memory, metrics, tracing."""
+"""Telemetry of jobs and workers: memory, metrics, tracing.
+
+`start(role)` is the one place each process role starts its telemetry.
+"""
+
+from __future__ import annotations
+
+ROLES = ("web", "worker", "worker-child", "scheduler")
+
+
+def start(role: str, *, hostname: str | None = None) -> None:
+    """Start this process's telemetry for `role`; call it after fork, once per process.
+
+    Roles and their call sites: "web" (gunicorn post_fork, each worker),
+    "worker" (the Celery worker's main process, worker_ready; `hostname`
+    is its node name), "worker-child" (each pool child,
+    worker_process_init), "scheduler" (jobs_scheduler, after its metrics
+    directory is activated). Series exported at 0 from the start
+    (observability.series) and the tracer provider (observability.tracing;
+    nothing is installed when no exporter is configured, so spans cost a
+    no-op) are set up here; a child also gets its memory-dump handler.
+    Raises ValueError for an unknown role.
+    """
+    if role not in ROLES:
+        raise ValueError(f"unknown telemetry role {role!r}; one of {', '.join(ROLES)}")
+    from observability import series, tracing
+
+    if role == "worker-child":
+        from django.conf import settings
+
+        from observability import dumps
+
+        tracing.setup(role="worker")
+        # After fork, so tracemalloc counts only this child's allocations.
+        frames = settings.JOBS_TRACEMALLOC_FRAMES if settings.JOBS_TRACEMALLOC else 0
+        dumps.install_child(tracemalloc_frames=frames)
+        return
+    tracing.setup(role=role)
+    if role == "worker":
+        series.initialize("worker", hostname=hostname)
+    else:
+        series.initialize(role)

@@ -55,7 +55,9 @@ class WorkerPoolCollector(Collector):
 
     Children are read through the process table, so a child killed by
     SIGKILL is simply gone at the next scrape: no stale series, no pid of a
-    dead process.
+    dead process. Whether the worker is up, and its active tasks, come from
+    the central view (observability.worker_monitor): a dead worker cannot
+    say it is down.
     """
 
     def __init__(self, *, hostname: str, max_memory_per_child_bytes: int) -> None:
@@ -63,12 +65,6 @@ class WorkerPoolCollector(Collector):
         self.max_memory_per_child_bytes = max_memory_per_child_bytes
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from celery.worker import state
-
-        up = scrape_family("celery_worker_up")
-        up.add_metric([self.hostname], 1)
-        active = scrape_family("celery_worker_tasks_active")
-        active.add_metric([self.hostname], len(state.active_requests))
         limit = scrape_family("jobs_worker_max_memory_per_child_bytes")
         limit.add_metric([self.hostname], self.max_memory_per_child_bytes)
         rss = scrape_family("jobs_worker_child_rss_bytes")
@@ -85,4 +81,32 @@ class WorkerPoolCollector(Collector):
                     threads.add_metric([self.hostname, str(child.pid)], child.num_threads())
             except psutil.NoSuchProcess:
                 continue
-        yield from (up, active, limit, rss, threads, main_rss)
+        yield from (limit, rss, threads, main_rss)
+
+
+class RetryBudgetCollector(Collector):
+    """jobs_retry_budget_used{kind} and jobs_retry_budget_limit{kind}: the current budget window.
+
+    Read from the budget's Redis (jobs.budget.window_counts) at scrape
+    time, one pipelined round trip for every registered kind, so every
+    process reports the same shared counter. Nothing is exported when Redis
+    cannot be read (jobs_retry_budget_fallback_total tells the story).
+    """
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        import time
+
+        from jobs import budget
+        from jobs.kinds.registry import kind_names
+
+        used = scrape_family("jobs_retry_budget_used")
+        limit = scrape_family("jobs_retry_budget_limit")
+        try:
+            for kind, (count, allowed) in budget.window_counts(
+                kind_names(), now=time.time()
+            ).items():
+                used.add_metric([kind], count)
+                limit.add_metric([kind], allowed)
+        except Exception:
+            logger.warning("retry budget collection failed", exc_info=True)
+        yield from (used, limit)

@@ -1,9 +1,13 @@
-"""The worker's /metrics, served by its main process; the web's /metrics view.
+"""The three /metrics endpoints: worker (its main process), scheduler, and the web's view.
 
 Only the worker's main process listens (default 127.0.0.1:9808), so
 children never race for the port and nothing is lost when one is
 recycled: children write to the multiprocess directory, the main process
 merges, after folding the files of dead children (observability.multiproc).
+The scheduler serves its own counters and the central worker view
+(celery_worker_up, celery_worker_tasks_active from Celery's worker events,
+observability.worker_monitor) on 127.0.0.1:9809 by default. The web serves
+its gunicorn workers' counters and the queue depth.
 """
 
 from __future__ import annotations
@@ -20,13 +24,19 @@ from prometheus_client import (
     start_http_server,
 )
 
-from observability.collectors import QueueDepthCollector, WorkerPoolCollector
+from observability.collectors import (
+    QueueDepthCollector,
+    RetryBudgetCollector,
+    WorkerPoolCollector,
+)
 from observability.multiproc import (
     CompactingMultiProcessCollector,
     activate,
     multiproc_dir,
     role_dir,
 )
+from observability.series import failed_series
+from observability.worker_monitor import WorkerMonitor, WorkerUpCollector
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +56,8 @@ def worker_registry(*, hostname: str, max_memory_kb: int) -> CollectorRegistry:
     """Registry of the worker's /metrics: children's files merged, plus pool state read at scrape."""
     directory = multiproc_dir()
     registry = CollectorRegistry()
+    first, last = failed_series.collectors()
+    registry.register(first)
     if directory is not None:
         CompactingMultiProcessCollector(registry, directory)
     else:
@@ -54,6 +66,7 @@ def worker_registry(*, hostname: str, max_memory_kb: int) -> CollectorRegistry:
     registry.register(
         WorkerPoolCollector(hostname=hostname, max_memory_per_child_bytes=max_memory_kb * 1024)
     )
+    registry.register(last)
     return registry
 
 
@@ -74,18 +87,51 @@ def start_worker_exporter(*, hostname: str, max_memory_kb: int) -> None:
     logger.info("worker metrics on http://%s:%s/metrics", settings.JOBS_WORKER_METRICS_ADDR, port)
 
 
-def web_registry() -> CollectorRegistry:
-    """Registry of the web's /metrics: gunicorn workers' and the scheduler's files, plus queue depth."""
+def scheduler_registry(monitor: WorkerMonitor) -> CollectorRegistry:
+    """Registry of the scheduler's /metrics: its own counters plus the workers' up/active view."""
     registry = CollectorRegistry()
-    if multiproc_dir() is not None:
-        directories = [role_dir("web"), role_dir("scheduler")]
-        for directory in directories:
-            directory.mkdir(parents=True, exist_ok=True)
-        CompactingMultiProcessCollector(registry, directories[0], extra=directories[1:])
+    directory = multiproc_dir()
+    if directory is not None:
+        CompactingMultiProcessCollector(registry, directory)
+    else:
+        for collector in list(REGISTRY._collector_to_names):
+            registry.register(collector)
+    registry.register(WorkerUpCollector(monitor))
+    return registry
+
+
+def start_scheduler_exporter(monitor: WorkerMonitor) -> object | None:
+    """Serve the scheduler's /metrics (JOBS_SCHEDULER_METRICS_ADDR:PORT); port 0 turns it off.
+
+    Returns the server, or None when off or the port is taken (logged).
+    """
+    port = settings.JOBS_SCHEDULER_METRICS_PORT
+    if not port:
+        return None
+    try:
+        server = start_http_server(
+            port, addr=settings.JOBS_SCHEDULER_METRICS_ADDR, registry=scheduler_registry(monitor)
+        )
+    except OSError as exc:
+        logger.error("scheduler metrics not served: port %s: %s", port, exc)
+        return None
+    logger.info(
+        "scheduler metrics on http://%s:%s/metrics", settings.JOBS_SCHEDULER_METRICS_ADDR, port
+    )
+    return server
+
+
+def web_registry() -> CollectorRegistry:
+    """Registry of the web's /metrics: gunicorn workers' files, queue depth, the retry budget."""
+    registry = CollectorRegistry()
+    directory = multiproc_dir()
+    if directory is not None:
+        CompactingMultiProcessCollector(registry, directory)
     else:
         for collector in list(REGISTRY._collector_to_names):
             registry.register(collector)
     registry.register(QueueDepthCollector())
+    registry.register(RetryBudgetCollector())
     return registry
 
 

@@ -29,23 +29,43 @@ celery_task_received_total = Counter(
     "celery_task_received", "Task messages received by a worker.", CELERY_TASK_LABELS
 )
 celery_task_started_total = Counter(
-    "celery_task_started", "Tasks started in a worker child.", CELERY_TASK_LABELS
+    "celery_task_started", "Tasks started in a worker child (task-started).", CELERY_TASK_LABELS
 )
+# The state counters move with the task events the worker sends, as
+# celery-exporter counts them (observability.task_events): an attempt that
+# failed is never a success (jobs.task_states).
 celery_task_succeeded_total = Counter(
-    "celery_task_succeeded", "Tasks that returned without raising.", CELERY_TASK_LABELS
+    "celery_task_succeeded",
+    "Attempts that succeeded (task-succeeded, state SUCCESS).",
+    CELERY_TASK_LABELS,
 )
 celery_task_failed_total = Counter(
     "celery_task_failed",
-    "Tasks that raised, by exception class.",
+    "Attempts whose job is dead (task-failed, state FAILURE), by the attempt's exception class.",
     (*CELERY_TASK_LABELS, "exception"),
 )
 celery_task_retried_total = Counter(
     "celery_task_retried",
-    "Tasks whose job will be retried (by the scheduler, never by Celery).",
+    "Failed attempts with another attempt scheduled (task-retried, state RETRY; "
+    "the scheduler republishes, never Celery).",
+    CELERY_TASK_LABELS,
+)
+celery_task_revoked_total = Counter(
+    "celery_task_revoked",
+    "Attempts ended by cancelling their job (task-revoked, state REVOKED).",
+    CELERY_TASK_LABELS,
+)
+celery_task_rejected_total = Counter(
+    "celery_task_rejected",
+    "Messages rejected by the worker (task-rejected), e.g. requeued after a lost child "
+    "that could not be recorded.",
     CELERY_TASK_LABELS,
 )
 celery_task_runtime = Histogram(
-    "celery_task_runtime", "Task runtime in seconds.", CELERY_TASK_LABELS, buckets=DURATION_BUCKETS
+    "celery_task_runtime",
+    "Runtime of succeeded tasks in seconds (task-succeeded's runtime, as celery-exporter).",
+    CELERY_TASK_LABELS,
+    buckets=DURATION_BUCKETS,
 )
 # --- jobs: lifecycle -------------------------------------------------------
 jobs_submitted_total = Counter("jobs_submitted", "Jobs accepted by the API.", ("kind", "queue"))
@@ -67,9 +87,27 @@ jobs_retries_total = Counter(
     "Retries scheduled, by the outcome of the failed attempt.",
     ("kind", "queue", "reason"),
 )
+jobs_retry_delay_seconds = Histogram(
+    "jobs_retry_delay_seconds",
+    "Wait before the next attempt, as the retry decision chose it (0 for a lost worker's requeue).",
+    ("kind", "queue"),
+    buckets=DURATION_BUCKETS,
+)
 jobs_retry_budget_exhausted_total = Counter(
     "jobs_retry_budget_exhausted",
-    "Retries refused because the kind's retry budget was spent.",
+    "Retries refused at their backoff's time because the kind's retry budget was spent "
+    "(then deferred, or dead with reason budget).",
+    ("kind", "queue"),
+)
+jobs_retry_budget_deferred_total = Counter(
+    "jobs_retry_budget_deferred",
+    "Retries the kind's retry budget deferred to its next free slot.",
+    ("kind", "queue"),
+)
+jobs_retry_budget_fallback_total = Counter(
+    "jobs_retry_budget_fallback",
+    "Retry decisions made without the retry budget (its Redis unreachable): "
+    "the retry kept its backoff.",
     ("kind", "queue"),
 )
 jobs_dead_letters_total = Counter(
@@ -79,8 +117,14 @@ jobs_dead_letters_total = Counter(
 )
 jobs_duplicate_deliveries_total = Counter(
     "jobs_duplicate_deliveries",
-    "Deliveries acknowledged without running (reason: live, terminal, stale).",
+    "Deliveries acknowledged without running (reason: live, terminal, stale, budget).",
     ("kind", "queue", "reason"),
+)
+jobs_messages_lost_total = Counter(
+    "jobs_messages_lost",
+    "Queued jobs whose broker message vanished (in no queue and no consumer's hands), "
+    "republished by the scheduler.",
+    ("kind", "queue"),
 )
 jobs_attempts_in_flight = Gauge(
     "jobs_attempts_in_flight",
@@ -105,6 +149,12 @@ jobs_time_limits_hit_total = Counter(
     "Attempts ended by a time limit (limit: soft, hard).",
     ("kind", "queue", "limit"),
 )
+jobs_memory_limits_hit_total = Counter(
+    "jobs_memory_limits_hit",
+    "Attempts that went past their kind's memory limit (limit: soft, the attempt was asked to "
+    "stop; hard, it was ended with its child).",
+    ("kind", "queue", "limit"),
+)
 
 # --- jobs: workers and memory ----------------------------------------------
 jobs_attempt_rss_growth_bytes = Histogram(
@@ -115,8 +165,17 @@ jobs_attempt_rss_growth_bytes = Histogram(
 )
 jobs_worker_children_recycled_total = Counter(
     "jobs_worker_children_recycled",
-    "Worker children replaced (reason: max_tasks, max_memory, hard_time_limit, worker_lost).",
+    "Worker children replaced (reason: max_tasks; max_memory, owned memory past the per-child "
+    "limit after an attempt; memory_limit, ended mid-attempt by a hard memory limit; "
+    "hard_time_limit; worker_lost).",
     ("hostname", "reason"),
+)
+jobs_worker_child_owned_bytes = Gauge(
+    "jobs_worker_child_owned_bytes",
+    "Memory each live worker child owns: its RSS grown since it was forked, what the per-child "
+    "limit judges (jobs.memory_guard); read at child start and after each attempt.",
+    ("hostname",),
+    multiprocess_mode="liveall",  # one series per live child (a pid label is added)
 )
 jobs_workers_lost_total = Counter(
     "jobs_workers_lost", "Worker children that died mid-attempt, by signal.", ("hostname", "signal")
@@ -144,18 +203,39 @@ SCRAPE_TIME_SERIES: dict[str, tuple[str, tuple[str, ...], str]] = {
     ),
     "jobs_queue_oldest_age_seconds": ("gauge", ("queue",), "Age of the oldest queued job."),
     "jobs_dead_letters": ("gauge", ("kind", "reason"), "Jobs in the dead-letter set now."),
+    "jobs_retry_budget_used": (
+        "gauge",
+        ("kind",),
+        "Retries counted against the kind's retry budget in its current window.",
+    ),
+    "jobs_retry_budget_limit": (
+        "gauge",
+        ("kind",),
+        "Retries the kind's retry budget allows in its current window "
+        "(ratio x first attempts so far + floor).",
+    ),
+    # scheduler /metrics (observability.worker_monitor, from Celery's worker events)
+    "celery_worker_up": (
+        "gauge",
+        ("hostname",),
+        "1 while a worker of this host heartbeats; 0 after it stopped (kept 10 min).",
+    ),
+    "celery_worker_tasks_active": (
+        "gauge",
+        ("hostname",),
+        "Tasks the host's workers are running, from their last heartbeat.",
+    ),
     # worker /metrics (main process)
-    "celery_worker_up": ("gauge", ("hostname",), "1 while the worker serves metrics."),
-    "celery_worker_tasks_active": ("gauge", ("hostname",), "Tasks running now."),
     "jobs_worker_max_memory_per_child_bytes": (
         "gauge",
         ("hostname",),
-        "Configured worker_max_memory_per_child.",
+        "Per-child limit on owned memory (JOBS_WORKER_MAX_MEMORY_PER_CHILD_BYTES; 0: none).",
     ),
     "jobs_worker_child_rss_bytes": (
         "gauge",
         ("hostname", "pid"),
-        "Resident memory of each live worker child.",
+        "Resident memory of each live worker child, pages shared with the main process included "
+        "(jobs_worker_child_owned_bytes is what the per-child limit judges).",
     ),
     "jobs_worker_child_threads": (
         "gauge",

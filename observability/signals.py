@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import logging
 import re
-import resource
-import socket
 from typing import Any
 
 from celery import signals as celery_signals
-from django.conf import settings
 from django.dispatch import receiver
 
+import observability
 from jobs import events
+from jobs.decisions import Decision
 from jobs.models import Attempt, AttemptOutcome, Job, JobStatus
-from observability import dumps, exporter, tracing
+from observability import exporter, memory, task_events, tracing
 from observability import metrics as m
+from observability.task_events import host_of
 
 logger = logging.getLogger(__name__)
 
@@ -28,11 +28,8 @@ logger = logging.getLogger(__name__)
 # pool forks (CLI flags included), inherited by every child.
 _limits: dict[str, int] = {"max_tasks": 0, "max_memory_kb": 0}
 _child: dict[str, Any] = {"tasks": 0, "in_flight": set()}
-
-
-def host_of(nodename: str | None) -> str:
-    """Host part of a Celery node name ("worker1@box" -> "box"), as celery-exporter labels it."""
-    return (nodename or socket.gethostname()).rpartition("@")[2]
+# This worker's host label (celery-exporter's host part of the node name).
+_host: dict[str, str | None] = {"name": None}
 
 
 # --- worker lifecycle ----------------------------------------------------------
@@ -50,10 +47,22 @@ def on_celeryd_init(
         options.get("max_memory_per_child") or conf.worker_max_memory_per_child or 0
     )
     exporter.prepare_worker_dir(nodename=sender)
+    _host["name"] = host_of(sender)
 
 
 @celery_signals.worker_ready.connect
 def on_worker_ready(sender: Any = None, **_: Any) -> None:
+    # The main process records hard limits and lost children: their spans are
+    # exported from here (children set up their own provider after fork).
+    observability.start("worker", hostname=sender.hostname)
+    # Every task counter of the attempt task exists (at 0) from the start, per
+    # queue consumed, so rate() and increase() over them are exact from the
+    # first attempt on and a failure ratio is 0, not empty, before any failure.
+    queues = [queue.name for queue in sender.app.amqp.queues.consume_from.values()]
+    for queue in queues or [m.UNKNOWN]:
+        task_events.observe(
+            "init", name="jobs.run_attempt", hostname=sender.hostname, request=None, queue=queue
+        )
     exporter.start_worker_exporter(
         hostname=host_of(sender.hostname), max_memory_kb=_limits["max_memory_kb"]
     )
@@ -61,12 +70,12 @@ def on_worker_ready(sender: Any = None, **_: Any) -> None:
 
 @celery_signals.worker_process_init.connect
 def on_child_start(**_: Any) -> None:
+    # First: the baseline of the memory this child owns (jobs.memory_guard).
+    memory.mark_fork()
+    m.jobs_worker_child_owned_bytes.labels(_host["name"] or host_of(None)).set(memory.owned_bytes())
     _child["tasks"] = 0
     _child["in_flight"] = set()
-    tracing.setup(role="worker")
-    # After fork, so tracemalloc counts only this child's allocations.
-    frames = settings.JOBS_TRACEMALLOC_FRAMES if settings.JOBS_TRACEMALLOC else 0
-    dumps.install_child(tracemalloc_frames=frames)
+    observability.start("worker-child")
 
 
 @celery_signals.worker_process_shutdown.connect
@@ -76,15 +85,30 @@ def on_child_exit(**_: Any) -> None:
 
 @celery_signals.task_postrun.connect
 def on_task_postrun(sender: Any = None, task: Any = None, **_: Any) -> None:
-    # Mirror billiard's recycle rule (billiard/pool.py Worker.workloop): peak
-    # RSS over the limit first, then the task count.
+    # billiard's recycle rule (billiard/pool.py Worker.workloop): memory first,
+    # then the task count. The memory check runs after this receiver and
+    # counts itself (jobs.memory_startup.owned_kib); a child it recycles is not
+    # counted again here when it also reached max_tasks.
     _child["tasks"] += 1
     hostname = host_of(getattr(task.request, "hostname", None) if task else None)
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    if _limits["max_memory_kb"] and peak_kb > _limits["max_memory_kb"]:
-        m.jobs_worker_children_recycled_total.labels(hostname, "max_memory").inc()
-    elif _limits["max_tasks"] and _child["tasks"] >= _limits["max_tasks"]:
-        m.jobs_worker_children_recycled_total.labels(hostname, "max_tasks").inc()
+    owned = memory.owned_bytes()
+    m.jobs_worker_child_owned_bytes.labels(_host["name"] or hostname).set(owned)
+    if not (_limits["max_tasks"] and _child["tasks"] >= _limits["max_tasks"]):
+        return
+    limit_kb = _limits["max_memory_kb"]
+    if limit_kb and owned // 1024 > limit_kb:
+        return
+    m.jobs_worker_children_recycled_total.labels(hostname, "max_tasks").inc()
+
+
+@receiver(events.child_recycling)
+def on_child_recycling(hostname: str, reason: str, **_: Any) -> None:
+    m.jobs_worker_children_recycled_total.labels(host_of(hostname), reason).inc()
+
+
+@receiver(events.memory_limit_hit)
+def on_memory_limit_hit(kind: str, queue: str, limit: str, **_: Any) -> None:
+    m.jobs_memory_limits_hit_total.labels(kind, queue, limit).inc()
 
 
 def child_lost(*, hostname: str, reason: str, signal_name: str | None = None) -> None:
@@ -105,64 +129,26 @@ def signal_of(exc: BaseException | str) -> str:
 
 
 # --- celery-exporter compatible task counters -----------------------------------
-
-
-def _labels(name: str | None, hostname: str | None, queue: str | None) -> tuple[str, str, str]:
-    return (name or m.UNKNOWN, host_of(hostname), queue or m.UNKNOWN)
-
-
-def _request_queue(request: Any) -> str | None:
-    info = getattr(request, "delivery_info", None) or {}
-    return info.get("routing_key")
+# task-started/succeeded/failed/retried/revoked/rejected move with the events the
+# worker's main process sends (observability.task_events, jobs.tasks.AttemptRequest).
 
 
 @celery_signals.after_task_publish.connect
 def on_publish(
     sender: str | None = None, headers: Any = None, routing_key: str | None = None, **_: Any
 ) -> None:
-    m.celery_task_sent_total.labels(*_labels(sender, None, routing_key)).inc()
+    m.celery_task_sent_total.labels(
+        sender or m.UNKNOWN, host_of(None), routing_key or m.UNKNOWN
+    ).inc()
 
 
 @celery_signals.task_received.connect
 def on_received(request: Any = None, **_: Any) -> None:
     m.celery_task_received_total.labels(
-        *_labels(request.name, request.hostname, _request_queue(request))
+        request.name or m.UNKNOWN,
+        host_of(request.hostname),
+        task_events.request_queue(request) or m.UNKNOWN,
     ).inc()
-
-
-@celery_signals.task_prerun.connect
-def on_prerun(task: Any = None, **_: Any) -> None:
-    m.celery_task_started_total.labels(
-        *_labels(task.name, task.request.hostname, _request_queue(task.request))
-    ).inc()
-
-
-@celery_signals.task_success.connect
-def on_success(sender: Any = None, **_: Any) -> None:
-    req = sender.request
-    m.celery_task_succeeded_total.labels(
-        *_labels(sender.name, req.hostname, _request_queue(req))
-    ).inc()
-
-
-# Task ids whose failure was counted. Celery 5.7 sends task_failure twice for a
-# hard time limit (Request.on_failure, then Request.on_timeout): count it once.
-_failed_ids: dict[str, None] = {}
-
-
-@celery_signals.task_failure.connect
-def on_failure(
-    sender: Any = None, task_id: str | None = None, exception: BaseException | None = None, **_: Any
-) -> None:
-    if task_id is not None:
-        if task_id in _failed_ids:
-            return
-        _failed_ids[task_id] = None
-        if len(_failed_ids) > 1000:
-            del _failed_ids[next(iter(_failed_ids))]
-    req = sender.request
-    labels = _labels(sender.name, req.hostname, _request_queue(req))
-    m.celery_task_failed_total.labels(*labels, type(exception).__name__).inc()
 
 
 # --- job events -------------------------------------------------------------
@@ -184,8 +170,14 @@ def on_attempt_started(job: Job, attempt: Attempt, **_: Any) -> None:
     _child["in_flight"].add((job.pk, attempt.number))
 
 
+# Outcomes recorded by someone else than the attempt's own child: its span never ended.
+ENDED_OUTSIDE = frozenset({AttemptOutcome.HARD_TIMEOUT, AttemptOutcome.WORKER_LOST})
+
+
 @receiver(events.attempt_finished)
-def on_attempt_finished(job: Job, attempt: Attempt, **_: Any) -> None:
+def on_attempt_finished(
+    job: Job, attempt: Attempt, decision: Decision | None = None, **_: Any
+) -> None:
     kind, queue, outcome = job.kind, job.queue, attempt.outcome
     key = (job.pk, attempt.number)
     if key in _child["in_flight"]:  # this process started it
@@ -195,9 +187,18 @@ def on_attempt_finished(job: Job, attempt: Attempt, **_: Any) -> None:
     if attempt.finished_at and attempt.started_at:
         seconds = (attempt.finished_at - attempt.started_at).total_seconds()
         m.jobs_attempt_duration_seconds.labels(kind, queue, outcome).observe(seconds)
-        m.celery_task_runtime.labels(
-            "jobs.run_attempt", host_of(attempt.worker_hostname), queue
-        ).observe(seconds)
+    if outcome in ENDED_OUTSIDE and attempt.started_at and attempt.finished_at:
+        tracing.attempt_span_ended_outside(
+            traceparent=job.trace_parent,
+            job_id=job.pk,
+            kind=kind,
+            attempt=attempt.number,
+            queue=queue,
+            outcome=outcome,
+            started_at=attempt.started_at,
+            finished_at=attempt.finished_at,
+            attributes=tracing.decision_attributes(decision),
+        )
     if outcome == AttemptOutcome.SOFT_TIMEOUT:
         m.jobs_time_limits_hit_total.labels(kind, queue, "soft").inc()
     elif outcome == AttemptOutcome.HARD_TIMEOUT:
@@ -211,15 +212,27 @@ def on_attempt_finished(job: Job, attempt: Attempt, **_: Any) -> None:
             reason="worker_lost",
             signal_name=signal_of(attempt.error_message),
         )
-    if outcome != AttemptOutcome.SUCCEEDED and job.status in (JobStatus.RETRYING, JobStatus.QUEUED):
+    # The decision travels with the event (jobs.decisions): never re-derived here.
+    if decision is not None and decision.retries:
         m.jobs_retries_total.labels(kind, queue, outcome).inc()
-        m.celery_task_retried_total.labels(
-            "jobs.run_attempt", host_of(attempt.worker_hostname), queue
-        ).inc()
+        m.jobs_retry_delay_seconds.labels(kind, queue).observe(decision.delay_seconds)
+    if decision is not None:
+        _count_budget(kind, queue, decision)
     if attempt.rss_before_bytes is not None and attempt.rss_after_bytes is not None:
         m.jobs_attempt_rss_growth_bytes.labels(kind).observe(
             max(0, attempt.rss_after_bytes - attempt.rss_before_bytes)
         )
+
+
+def _count_budget(kind: str, queue: str, decision: Decision) -> None:
+    # Over budget: exhausted counts every refusal, deferred the ones still retried
+    # (the dead ones are jobs_dead_letters_total{reason="budget"}).
+    if decision.budget_exhausted:
+        m.jobs_retry_budget_exhausted_total.labels(kind, queue).inc()
+    if decision.budget_deferred:
+        m.jobs_retry_budget_deferred_total.labels(kind, queue).inc()
+    if decision.budget_fallback:
+        m.jobs_retry_budget_fallback_total.labels(kind, queue).inc()
 
 
 @receiver(events.job_completed)
@@ -235,11 +248,17 @@ def on_job_completed(job: Job, **_: Any) -> None:
 @receiver(events.delivery_dropped)
 def on_delivery_dropped(job: Job, reason: str, **_: Any) -> None:
     m.jobs_duplicate_deliveries_total.labels(job.kind, job.queue, reason).inc()
+    if reason == "budget":
+        # A retry held at its start (jobs.services.attempt_start._held_by_retry_budget):
+        # refused by the budget, deferred while its job waits again.
+        m.jobs_retry_budget_exhausted_total.labels(job.kind, job.queue).inc()
+        if job.status == JobStatus.RETRYING:
+            m.jobs_retry_budget_deferred_total.labels(job.kind, job.queue).inc()
 
 
-@receiver(events.retry_budget_exhausted)
-def on_retry_budget_exhausted(job: Job, **_: Any) -> None:
-    m.jobs_retry_budget_exhausted_total.labels(job.kind, job.queue).inc()
+@receiver(events.message_lost)
+def on_message_lost(job: Job, **_: Any) -> None:
+    m.jobs_messages_lost_total.labels(job.kind, job.queue).inc()
 
 
 @receiver(events.leak_suspected)

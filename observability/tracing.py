@@ -23,9 +23,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -135,16 +137,90 @@ def setup(*, role: str) -> bool:
     return True
 
 
+_instrumented_pid: dict[str, int] = {}
+
+
 def _instrument(role: str) -> None:
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
 
-    if not CeleryInstrumentor().is_instrumented_by_opentelemetry:
-        CeleryInstrumentor().instrument()
+    celery = CeleryInstrumentor()
+    # A child forked after the worker's main process instrumented Celery
+    # (worker_ready) inherits that instrumentation, bound to the parent's
+    # provider: its spans would go to a copy nobody flushes at the child's
+    # exit. Instrument again, bound to this process's provider.
+    if celery.is_instrumented_by_opentelemetry and _instrumented_pid.get("celery") != os.getpid():
+        celery.uninstrument()
+    if not celery.is_instrumented_by_opentelemetry:
+        celery.instrument()
+        _instrumented_pid["celery"] = os.getpid()
     if role == "web":
         from opentelemetry.instrumentation.django import DjangoInstrumentor
 
         if not DjangoInstrumentor().is_instrumented_by_opentelemetry:
-            DjangoInstrumentor().instrument()
+            DjangoInstrumentor().instrument(
+                excluded_urls=UNTRACED_URLS, response_hook=name_span_by_route
+            )
+
+
+# Scrapes and health checks are not traced: they are most of the requests and
+# say nothing about a job (regexes searched in the full URL, OTel's ExcludeList).
+UNTRACED_URLS = "/metrics$,/healthz$"
+_GROUP = re.compile(r"\(\?P<(?P<name>\w+)>")
+_CONVERTER = re.compile(r"<(?:\w+:)?(?P<name>\w+)>")
+
+
+def route_template(route: str) -> str:
+    """Django's matched route as an OpenTelemetry `http.route` template.
+
+    "api/jobs/(?P<pk>[0-9a-f-]+)/cancel/$" -> "/api/jobs/{pk}/cancel/", and
+    "admin/jobs/job/<path:object_id>/change/" -> "/admin/jobs/job/{object_id}/change/":
+    named groups and path converters become `{name}`, anchors and escapes go
+    (semantic conventions, http.route: "the matched route, that is, the path
+    template"; low cardinality, never the raw path).
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(route):
+        group = _GROUP.match(route, i)
+        if group:
+            depth, j = 1, group.end()
+            while j < len(route) and depth:  # skip the group's pattern, nested parens included
+                if route[j] == "\\":
+                    j += 1
+                elif route[j] == "(":
+                    depth += 1
+                elif route[j] == ")":
+                    depth -= 1
+                j += 1
+            out.append("{" + group.group("name") + "}")
+            i = j
+            continue
+        char = route[i]
+        if char == "\\" and i + 1 < len(route):
+            out.append(route[i + 1])
+            i += 2
+            continue
+        if char not in "^$?":
+            out.append(char)
+        i += 1
+    template = _CONVERTER.sub(lambda m: "{" + m.group("name") + "}", "".join(out))
+    return "/" + template.lstrip("/")
+
+
+def name_span_by_route(span: Any, request: Any, response: Any) -> None:
+    """Django instrumentation response hook: span name "METHOD /route/{param}/" and http.route.
+
+    The instrumentation names a span by the raw route regex; with DRF's
+    routers that is an unreadable pattern. Unmatched paths keep the method
+    alone as the name (a 404 must not add a span name per path).
+    """
+    match = getattr(request, "resolver_match", None)
+    route = getattr(match, "route", None) if match is not None else None
+    if not route or not span.is_recording():
+        return
+    template = route_template(route)
+    span.set_attribute("http.route", template)
+    span.update_name(f"{request.method} {template}")
 
 
 def shutdown() -> None:
@@ -210,6 +286,68 @@ def attempt_span(
         },
     ) as span:
         yield span
+
+
+def decision_attributes(decision: Any) -> dict[str, Any]:
+    """Span attributes of a retry decision (jobs.decisions.Decision; None gives {}).
+
+    job.decision (retry, requeue, dead), job.dead_reason when dead,
+    job.retry_delay_seconds when another attempt follows,
+    job.retry_budget ("deferred", "fallback") when the retry budget changed
+    or could not judge the decision.
+    """
+    if decision is None:
+        return {}
+    attributes: dict[str, Any] = {"job.decision": str(decision.action)}
+    if decision.dead_reason:
+        attributes["job.dead_reason"] = str(decision.dead_reason)
+    if decision.retries:
+        attributes["job.retry_delay_seconds"] = decision.delay_seconds
+    if getattr(decision, "budget_deferred", False):
+        attributes["job.retry_budget"] = "deferred"
+    elif getattr(decision, "budget_fallback", False):
+        attributes["job.retry_budget"] = "fallback"
+    return attributes
+
+
+def attempt_span_ended_outside(
+    *,
+    traceparent: str,
+    job_id: object,
+    kind: str,
+    attempt: int,
+    queue: str,
+    outcome: str,
+    started_at: datetime,
+    finished_at: datetime,
+    attributes: dict[str, Any] | None = None,
+) -> None:
+    """Export the span of an attempt that was ended from outside its child.
+
+    A hard time limit or a lost child ends the attempt before its own span
+    (attempt_span) can end, so whoever records the end (the worker's main
+    process, the scheduler's lease sweep, a redelivery) exports it here: the
+    same name and attributes, the attempt's own start and end times (UTC
+    datetimes), status ERROR with the outcome, in the job's trace. A no-op
+    when tracing is off.
+    """
+    tracer = trace.get_tracer(TRACER_NAME)
+    span = tracer.start_span(
+        f"job.attempt {kind}",
+        context=_propagator.extract({"traceparent": traceparent}) if traceparent else None,
+        kind=trace.SpanKind.CONSUMER,
+        start_time=int(started_at.timestamp() * 1e9),
+        attributes={
+            "job.id": str(job_id),
+            "job.kind": kind,
+            "job.attempt": attempt,
+            "job.queue": queue,
+            "job.outcome": outcome,
+            **(attributes or {}),
+        },
+    )
+    span.set_status(trace.Status(trace.StatusCode.ERROR, outcome))
+    span.end(end_time=int(finished_at.timestamp() * 1e9))
 
 
 def trace_id_from(traceparent: str) -> str:

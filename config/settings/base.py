@@ -24,12 +24,16 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before any view: a NUL in a query parameter would reach PostgreSQL (500).
+    "jobs.middleware.RefuseNulInQueryMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # A dropped database connection answers 503 + Retry-After, not 500.
+    "jobs.middleware.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -64,6 +68,26 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # A server that stops answering (a partition, a frozen host) must fail a
+    # connection within seconds, not hang a request or a worker child until
+    # the kernel gives up (minutes): libpq's connect timeout, TCP keepalives
+    # on an idle connection and a bound on unacknowledged data (TCP only;
+    # ignored on Unix sockets). Options given in DATABASE_URL win.
+    DATABASES["default"]["OPTIONS"] = {
+        "connect_timeout": env.int("DATABASE_CONNECT_TIMEOUT", default=5),
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 20_000,  # milliseconds
+        **DATABASES["default"].get("OPTIONS", {}),
+    }
+# Seconds a PostgreSQL round trip may wait for its answer before a watchdog
+# cuts the connection (jobs.db_deadline): a server that went silent without
+# an error must not freeze the scheduler or a request. 0: no deadline.
+# Applied in the web, the scheduler and the worker's main process only: not in
+# worker children (the hard time limit bounds an attempt) nor in migrate.
+DATABASE_QUERY_DEADLINE: float = env.float("DATABASE_QUERY_DEADLINE", default=30.0)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
@@ -71,7 +95,10 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "var" / "static"
+# https://docs.djangoproject.com/en/5.2/ref/settings/#static-root
+# Where `collectstatic` gathers the admin's and Swagger UI's files (production
+# serves them from here with WhiteNoise).
+STATIC_ROOT = env.path("DJANGO_STATIC_ROOT", default=BASE_DIR / "var" / "static")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -10,6 +10,11 @@ from config.env import env
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
+# redis:// and rediss:// brokers use jobs.broker_transport.Transport (installed
+# by config/celery_app.py): kombu's Redis transport, except that Redis's "cannot
+# serve you now" replies (failover: UNBLOCKED, READONLY; write refusal: MISCONF;
+# ...) are lost connections every process reconnects from, not errors that end
+# the worker.
 # Results live in the Job row; Celery's result backend is not used.
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
@@ -28,14 +33,22 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # #worker-send-task-events / #task-send-sent-event: Flower needs events.
 CELERY_WORKER_SEND_TASK_EVENTS = True
 CELERY_TASK_SEND_SENT_EVENT = True
-# #worker-max-memory-per-child is in KiB; our setting is in bytes.
+# A child is replaced after an attempt once it *owns* more than this many
+# bytes: its resident memory grown since it was forked (jobs.memory_guard),
+# not Celery's ru_maxrss, the peak a fresh child inherits from a large main
+# process. 0 turns it off. #worker-max-memory-per-child is in KiB: billiard
+# compares it, after each task, with the reading jobs.memory_guard installs
+# in place of its ru_maxrss one.
 JOBS_WORKER_MAX_MEMORY_PER_CHILD_BYTES = env.int(
     "JOBS_WORKER_MAX_MEMORY_PER_CHILD_BYTES", default=512 * 1024 * 1024
 )
-CELERY_WORKER_MAX_MEMORY_PER_CHILD = JOBS_WORKER_MAX_MEMORY_PER_CHILD_BYTES // 1024
+CELERY_WORKER_MAX_MEMORY_PER_CHILD = JOBS_WORKER_MAX_MEMORY_PER_CHILD_BYTES // 1024 or None
 CELERY_WORKER_MAX_TASKS_PER_CHILD = env.int("JOBS_WORKER_MAX_TASKS_PER_CHILD", default=1000)
 CELERY_WORKER_CONCURRENCY = env.int("JOBS_WORKER_CONCURRENCY", default=2)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# #broker-connection-max-retries: a worker keeps reconnecting however long the
+# broker is away (default: gives up and exits after 100 tries, ~45 minutes).
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 # #worker-hijack-root-logger: keep Django's LOGGING.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
@@ -67,6 +80,14 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 # messages even when nothing runs.
 CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = env.float("JOBS_WORKER_SOFT_SHUTDOWN_TIMEOUT", default=60.0)
 CELERY_WORKER_ENABLE_SOFT_SHUTDOWN_ON_IDLE = True
+
+# Celery's Django fixup closes every database connection before and after
+# each task unless CELERY_DB_REUSE_MAX is set (celery/fixups/django.py
+# close_database): one new PostgreSQL connection per attempt, ~13% of a
+# child's CPU. With it, a child keeps one connection for this many tasks
+# (the fixup counts before and after each task, so twice this many calls);
+# a connection dropped meanwhile is replaced on first use (jobs.db).
+CELERY_DB_REUSE_MAX = env.int("JOBS_WORKER_DB_REUSE_MAX", default=1000)
 
 # Publishing never blocks a request for long: the row is already durable.
 CELERY_TASK_PUBLISH_RETRY = False

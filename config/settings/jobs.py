@@ -15,11 +15,22 @@ JOBS_QUEUE_MAX_READY_OVERRIDES: dict[str, int] = {
     name: int(limit)
     for name, limit in env.dict("JOBS_QUEUE_MAX_READY_OVERRIDES", default={}).items()
 }
+# Seconds one web process reuses its count of a queue's unpublished rows (the
+# outbox part of backpressure; jobs.selectors.queue_ready_count). 0: count on
+# every submission.
+JOBS_BACKPRESSURE_OUTBOX_CACHE_SECONDS: float = env.float(
+    "JOBS_BACKPRESSURE_OUTBOX_CACHE_SECONDS", default=1.0
+)
 # Seconds a client is told to wait when a queue is full.
 JOBS_BACKPRESSURE_RETRY_AFTER: int = env.int("JOBS_BACKPRESSURE_RETRY_AFTER", default=5)
 # Largest accepted request body (bytes) for POST /api/jobs/.
 JOBS_MAX_REQUEST_BYTES: int = env.int("JOBS_MAX_REQUEST_BYTES", default=256 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = JOBS_MAX_REQUEST_BYTES * 2
+# Deepest nesting of JSON objects and arrays accepted below a top-level field
+# of a request body (`payload` itself is level 1); deeper is refused with 400.
+# Recursive code downstream (DRF, json.dumps, the request fingerprint) needs
+# headroom below Python's recursion limit of 1000: jobs.E003 caps it at 200.
+JOBS_JSON_MAX_DEPTH: int = env.int("JOBS_JSON_MAX_DEPTH", default=64)
 
 # Per-kind policy overrides as JSON, e.g.
 # {"demo.flaky": {"max_attempts": 3, "backoff_base": 0.2, "soft_time_limit": 5}}
@@ -31,15 +42,52 @@ JOBS_KIND_OVERRIDES: dict = env.json("JOBS_KIND_OVERRIDES", default={})
 JOBS_SCHEDULER_INTERVAL: float = env.float("JOBS_SCHEDULER_INTERVAL", default=0.25)
 JOBS_SWEEP_UNPUBLISHED_AFTER: float = env.float("JOBS_SWEEP_UNPUBLISHED_AFTER", default=5.0)
 JOBS_SCHEDULER_BATCH: int = env.int("JOBS_SCHEDULER_BATCH", default=500)
-# Queued jobs published longer ago than this (seconds) are published again:
-# a broker that restarted without persistence, was flushed or evicted keys
-# has lost their messages. A duplicate delivery is dropped unrun, so this
-# only costs a message. The scheduler also republishes at once when the
-# broker's run_id changes (a restart).
+# Lost messages (jobs.services.lost_messages): every CHECK_INTERVAL seconds
+# the scheduler looks for queued jobs whose message is in no broker queue and
+# no consumer's hands (a flush, eviction, failover, a delivery to a dead
+# consumer) and republishes those found by two consecutive checks, so within
+# MARGIN + 2 x CHECK_INTERVAL (+ a pass) of the queue reaching them: 22 s by
+# default. MARGIN (seconds) absorbs a worker host's clock, which stamps a
+# requeue after a lost child, against the database's.
+JOBS_LOST_MESSAGE_CHECK_INTERVAL: float = env.float(
+    "JOBS_LOST_MESSAGE_CHECK_INTERVAL", default=10.0
+)
+JOBS_LOST_MESSAGE_MARGIN: float = env.float("JOBS_LOST_MESSAGE_MARGIN", default=2.0)
+# A queued job whose message a consumer has held unacknowledged (not started)
+# since it was published longer ago than this (seconds) is published again:
+# that consumer is most likely dead, and kombu would restore the message only
+# after the visibility timeout. A duplicate delivery is dropped unrun, so this
+# only costs a message. The scheduler also republishes every queued job at
+# once when the broker's run_id changes (a restart).
 JOBS_REPUBLISH_AFTER: float = env.float("JOBS_REPUBLISH_AFTER", default=600.0)
+# How long a unit of database work (starting or recording an attempt) is
+# retried on a fresh connection after the connection was lost (jobs.db); an
+# attempt's outcome that still cannot be written is spooled to Redis for the
+# scheduler (jobs.services.outcomes).
+JOBS_DB_RETRY_SECONDS: float = env.float("JOBS_DB_RETRY_SECONDS", default=20.0)
+# The same bound for the worker's main process (hard time limits, lost
+# children): it blocks the consumer's event loop meanwhile (no task received,
+# no other time limit enforced), and what it could not write is recorded
+# later anyway (the lease sweep, or the redelivery's start).
+JOBS_MAIN_DB_RETRY_SECONDS: float = env.float("JOBS_MAIN_DB_RETRY_SECONDS", default=2.0)
+# After a broker call failed (a frozen or partitioned Redis fails each call
+# only after the socket timeout), seconds during which a process skips the
+# calls it can do without: the backpressure count and a publish the outbox
+# sweep redoes. Keeps requests fast during a broker outage.
+JOBS_BROKER_BACKOFF_SECONDS: float = env.float("JOBS_BROKER_BACKOFF_SECONDS", default=2.0)
 # Extra seconds past the hard time limit before a running attempt's lease is
 # treated as expired (the attempt can no longer be alive).
 JOBS_LEASE_GRACE: float = env.float("JOBS_LEASE_GRACE", default=30.0)
+# After the scheduler regains the database, seconds it waits before judging
+# leases: workers write the outcomes they kept on disk during the outage
+# first (jobs.spool_drainer), so a finished attempt is not called lost.
+JOBS_LEASE_RECOVERY_GRACE: float = env.float("JOBS_LEASE_RECOVERY_GRACE", default=10.0)
+# Where a worker keeps outcomes the database would not take (one file each,
+# fsynced); empty: var/outcomes/<database digest> under the project. Keep
+# it on a volume that outlives the container. Polled every
+# JOBS_OUTCOME_SPOOL_POLL seconds by the worker's main process.
+JOBS_OUTCOME_SPOOL_DIR: str = env.str("JOBS_OUTCOME_SPOOL_DIR", default="")
+JOBS_OUTCOME_SPOOL_POLL: float = env.float("JOBS_OUTCOME_SPOOL_POLL", default=1.0)
 
 # Local files `report.csv_summary` may read: only below these directories.
 JOBS_CSV_ROOTS: list[str] = env.list("JOBS_CSV_ROOTS", default=[str(BASE_DIR / "var" / "data")])
@@ -58,26 +106,64 @@ JOBS_POISON_AFTER: int = env.int("JOBS_POISON_AFTER", default=3)
 # Seconds a cancellation request stays visible to the running attempt.
 JOBS_CANCEL_TTL: int = env.int("JOBS_CANCEL_TTL", default=3600)
 
-# Retry budget per kind: over the last WINDOW seconds, retries started may not
-# exceed RATIO x first attempts started + FLOOR; past it, retries are deferred
-# by WINDOW seconds and jobs_retry_budget_exhausted_total counts them.
+# Retry budget per kind (jobs.budget, a window counter in Redis shared by every
+# worker): in each WINDOW seconds, retries may not exceed RATIO x first attempts
+# + FLOOR (Envoy's 20% with a floor of 3). A retry over budget is deferred to
+# the next window with room, at most MAX_DEFERRAL seconds past its backoff,
+# else its job is dead with reason "budget". The counter lives in REDIS_URL
+# (default: the broker's); a decision that cannot reach it within TIMEOUT
+# seconds keeps its normal backoff and counts jobs_retry_budget_fallback_total.
 JOBS_RETRY_BUDGET_WINDOW: float = env.float("JOBS_RETRY_BUDGET_WINDOW", default=60.0)
-JOBS_RETRY_BUDGET_RATIO: float = env.float("JOBS_RETRY_BUDGET_RATIO", default=1.0)
-JOBS_RETRY_BUDGET_FLOOR: int = env.int("JOBS_RETRY_BUDGET_FLOOR", default=10)
+JOBS_RETRY_BUDGET_RATIO: float = env.float("JOBS_RETRY_BUDGET_RATIO", default=0.2)
+JOBS_RETRY_BUDGET_FLOOR: int = env.int("JOBS_RETRY_BUDGET_FLOOR", default=3)
+JOBS_RETRY_BUDGET_MAX_DEFERRAL: float = env.float("JOBS_RETRY_BUDGET_MAX_DEFERRAL", default=300.0)
+JOBS_RETRY_BUDGET_REDIS_URL: str = env.str("JOBS_RETRY_BUDGET_REDIS_URL", default="")
+JOBS_RETRY_BUDGET_REDIS_TIMEOUT: float = env.float("JOBS_RETRY_BUDGET_REDIS_TIMEOUT", default=0.25)
+# Key prefix of the budget's hashes (one per kind and window).
+JOBS_RETRY_BUDGET_KEY_PREFIX: str = env.str(
+    "JOBS_RETRY_BUDGET_KEY_PREFIX", default="jobs:retry-budget:"
+)
 
 # Telemetry. prometheus-client multiprocess directories live under this root,
-# one per role: web/, scheduler/ (both served by the web's /metrics) and
-# worker-<node name>/ (served by that worker's main process).
+# one per role: web/ (served by the web's /metrics), scheduler/ (by the
+# scheduler's) and worker-<node name>/ (by that worker's main process).
 JOBS_METRICS_DIR: str = str(metrics_root())
 # Worker /metrics, served by the worker's main process; 0 turns it off.
 JOBS_WORKER_METRICS_PORT: int = env.int("JOBS_WORKER_METRICS_PORT", default=9808)
 JOBS_WORKER_METRICS_ADDR: str = env.str("JOBS_WORKER_METRICS_ADDR", default="127.0.0.1")
+# Scheduler /metrics: its own counters and which workers are up (from Celery's
+# worker events); 0 turns it off.
+JOBS_SCHEDULER_METRICS_PORT: int = env.int("JOBS_SCHEDULER_METRICS_PORT", default=9809)
+JOBS_SCHEDULER_METRICS_ADDR: str = env.str("JOBS_SCHEDULER_METRICS_ADDR", default="127.0.0.1")
+# celery_worker_up goes to 0 when a worker's last heartbeat (every 2 s) is
+# older than this (seconds), and its series is dropped this long after it was
+# last seen (celery-exporter's purge default).
+JOBS_WORKER_OFFLINE_AFTER: float = env.float("JOBS_WORKER_OFFLINE_AFTER", default=30.0)
+JOBS_WORKER_FORGET_AFTER: float = env.float("JOBS_WORKER_FORGET_AFTER", default=600.0)
 # Leak checks: an attempt that leaves threads alive is flagged at once; RSS
 # growth above the threshold (bytes) for K consecutive attempts of one kind is.
 JOBS_LEAK_RSS_THRESHOLD_BYTES: int = env.int(
     "JOBS_LEAK_RSS_THRESHOLD_BYTES", default=2 * 1024 * 1024
 )
 JOBS_LEAK_RSS_CONSECUTIVE: int = env.int("JOBS_LEAK_RSS_CONSECUTIVE", default=5)
+# Memory guard (jobs.memory_guard): a watchdog thread in each worker child
+# samples, every SAMPLE_INTERVAL seconds, the memory the running attempt has
+# made the child own (resident memory grown since the attempt began). Past
+# the kind's soft limit (bytes) the attempt's cancellation flag is set; past
+# its hard limit the attempt is recorded `memory_limit` and the child exits
+# (the pool forks a new one). Kinds may override both (policy fields
+# soft_memory_limit / hard_memory_limit, JOBS_KIND_OVERRIDES); 0 turns one off.
+JOBS_MEMORY_SAMPLE_INTERVAL: float = env.float("JOBS_MEMORY_SAMPLE_INTERVAL", default=0.1)
+JOBS_MEMORY_SOFT_LIMIT_BYTES: int = env.int(
+    "JOBS_MEMORY_SOFT_LIMIT_BYTES", default=256 * 1024 * 1024
+)
+JOBS_MEMORY_HARD_LIMIT_BYTES: int = env.int(
+    "JOBS_MEMORY_HARD_LIMIT_BYTES", default=512 * 1024 * 1024
+)
+# Bytes the worker's main process allocates and touches before its pool
+# forks: stands in for a heavy import (a large model) in tests and drills.
+# 0 (the default) allocates nothing.
+JOBS_WORKER_BALLAST_BYTES: int = env.int("JOBS_WORKER_BALLAST_BYTES", default=0)
 # Dumps on demand (`celery -A config inspect jobs_dump`): when true, every
 # worker child traces allocations with tracemalloc (started after fork, so
 # only the child's own allocations count), keeping FRAMES frames each; the
@@ -91,7 +177,6 @@ OTEL_EXPORTER_OTLP_ENDPOINT: str = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", defaul
 OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: str = env.str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", default="")
 OTEL_SDK_DISABLED: bool = env.bool("OTEL_SDK_DISABLED", default=False)
 OTEL_SERVICE_NAME: str = env.str("OTEL_SERVICE_NAME", default="django-jobs")
-
 # SSRF guard (jobs.kinds.netguard) for webhook.deliver and report.csv_summary
 # URLs: when false, a destination whose host is, or resolves to, a loopback,
 # private, link-local, reserved, multicast or unspecified address is refused
@@ -101,3 +186,25 @@ OTEL_SERVICE_NAME: str = env.str("OTEL_SERVICE_NAME", default="django-jobs")
 # of base.py and cannot see DEBUG, so production.py sets the safe default
 # (false) itself. DNS rebinding is not covered: see jobs/kinds/netguard.py.
 JOBS_ALLOW_PRIVATE_DESTINATIONS: bool = env.bool("JOBS_ALLOW_PRIVATE_DESTINATIONS", default=True)
+
+# Admin (jobs.admin). Links shown on the job page and the overview; empty
+# hides them. JOBS_TRACE_URL_TEMPLATE holds "{trace_id}" (32 hex digits),
+# e.g. Jaeger as docker-compose.yml publishes it,
+# "http://localhost:16686/trace/{trace_id}", or Tempo behind Grafana:
+# http://localhost:3000/explore?left={"datasource":"tempo","queries":[{"query":"{trace_id}"}]}
+JOBS_TRACE_URL_TEMPLATE: str = env.str("JOBS_TRACE_URL_TEMPLATE", default="")
+JOBS_FLOWER_URL: str = env.str("JOBS_FLOWER_URL", default="")
+JOBS_GRAFANA_URL: str = env.str("JOBS_GRAFANA_URL", default="")
+# Counts below this are exact; above it the admin shows PostgreSQL's estimate
+# (jobs.estimates), so a page never counts a big table row by row.
+JOBS_ADMIN_EXACT_COUNT_LIMIT: int = env.int("JOBS_ADMIN_EXACT_COUNT_LIMIT", default=20_000)
+# Admin actions: up to INLINE jobs are changed in the request; larger
+# selections (up to MAX) run as background jobs of kind `admin.bulk_action`,
+# BATCH jobs each.
+JOBS_ADMIN_ACTION_INLINE: int = env.int("JOBS_ADMIN_ACTION_INLINE", default=100)
+JOBS_ADMIN_ACTION_BATCH: int = env.int("JOBS_ADMIN_ACTION_BATCH", default=500)
+JOBS_ADMIN_ACTION_MAX: int = env.int("JOBS_ADMIN_ACTION_MAX", default=50_000)
+# Worker reports for the admin overview (observability.worker_report): each
+# worker's main process writes its children's RSS and recycles to Redis
+# every INTERVAL seconds (0 turns it off); a report expires after 3 intervals.
+JOBS_WORKER_REPORT_INTERVAL: float = env.float("JOBS_WORKER_REPORT_INTERVAL", default=5.0)

@@ -3,6 +3,9 @@
     {"detail": "<summary>", "errors": [{"field": "payload.url", "reason": "..."}]}
 
 `field` is a dotted path into the request ("body" for the body as a whole).
+Field names and reasons echo client input, so they pass through
+`jobs.jsonsafe.printable` first: a lone surrogate, NUL or bidi control in a
+field name is shown as a `\\uXXXX` escape, and the renderer never fails on it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from jobs.errors import (
     JobsError,
     QueueFull,
 )
+from jobs.jsonsafe import printable
 from jobs.kinds import kind_names
 from jobs.models import Job
 
@@ -129,6 +133,28 @@ def _record_rejection(exc: Exception, context: dict, status_code: int) -> None:
 
 def exception_handler(exc: Exception, context: dict) -> Response | None:
     """DRF exception handler producing the shape above; counts rejected submissions."""
+    response = _shaped_response(exc, context)
+    if response is not None and isinstance(response.data, dict):
+        response.data = _printable_shape(response.data)
+    return response
+
+
+def _printable_shape(data: dict[str, Any]) -> dict[str, Any]:
+    errors = data.get("errors")
+    if not isinstance(errors, list):
+        return data
+    return {
+        **data,
+        "detail": printable(str(data.get("detail", ""))),
+        "errors": [
+            {"field": printable(str(e.get("field"))), "reason": printable(str(e.get("reason")))}
+            for e in errors
+            if isinstance(e, dict)
+        ],
+    }
+
+
+def _shaped_response(exc: Exception, context: dict) -> Response | None:
     response = (
         domain_error_response(exc)
         if isinstance(exc, JobsError)
@@ -147,7 +173,10 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
             "detail": str(exc.detail),
             "errors": [{"field": "body", "reason": str(exc.detail)}],
         }
-    elif response.status_code == status.HTTP_413_REQUEST_ENTITY_TOO_LARGE:
+    elif (
+        isinstance(exc, exceptions.APIException)
+        and response.status_code == status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    ):
         response.data = {
             "detail": str(exc.detail),
             "errors": [{"field": "body", "reason": str(exc.detail)}],

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from jobs.models import Attempt, Job
+from jobs.models import Attempt, Job, JobStatus
+from observability.tracing import trace_id_from
 
 
 def _header_text(value: str) -> str:
@@ -71,6 +72,8 @@ class JobSubmitSerializer(serializers.Serializer):
 
 
 class AttemptSerializer(serializers.ModelSerializer):
+    """One attempt. `traceback` is the stored one: its last 20,000 characters."""
+
     class Meta:
         model = Attempt
         fields = [
@@ -86,12 +89,33 @@ class AttemptSerializer(serializers.ModelSerializer):
             "rss_after_bytes",
             "retry_delay_seconds",
             "trace_id",
+            "traceback",
         ]
 
 
 class JobSerializer(serializers.ModelSerializer):
+    """A job with its attempts.
+
+    `last_error` is the error that explains the job's state; a succeeded job
+    has none, and the error of an earlier attempt it recovered from is in
+    `recovered_error` instead (and in that attempt's row). `trace_id` is the
+    trace of the request that submitted the job, which every attempt joins.
+    """
+
     url = serializers.HyperlinkedIdentityField(view_name="jobs-api:job-detail", lookup_field="pk")
     attempts = AttemptSerializer(many=True, read_only=True)
+    trace_id = serializers.SerializerMethodField()
+    last_error = serializers.SerializerMethodField()
+    recovered_error = serializers.SerializerMethodField()
+
+    def get_trace_id(self, job: Job) -> str:
+        return trace_id_from(job.trace_parent)
+
+    def get_last_error(self, job: Job) -> str:
+        return "" if job.status == JobStatus.SUCCEEDED else job.last_error
+
+    def get_recovered_error(self, job: Job) -> str:
+        return job.last_error if job.status == JobStatus.SUCCEEDED else ""
 
     class Meta:
         model = Job
@@ -114,7 +138,9 @@ class JobSerializer(serializers.ModelSerializer):
             "next_attempt_at",
             "result",
             "last_error",
+            "recovered_error",
             "dead_reason",
+            "trace_id",
             "attempts",
         ]
 

@@ -8,12 +8,14 @@ from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
+from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
 from jobs import selectors, services
 from jobs.api.errors import LengthRequired
+from jobs.api.filters import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ORDERINGS, JobListQuery
 from jobs.api.serializers import (
     JobAcceptedSerializer,
     JobListSerializer,
@@ -23,18 +25,34 @@ from jobs.api.serializers import (
 from jobs.models import Job, JobStatus
 
 
+class JobPagination(PageNumberPagination):
+    """`page` and `page_size` (1 to MAX_PAGE_SIZE; JobListQuery refuses others with 400)."""
+
+    page_size = DEFAULT_PAGE_SIZE
+    page_size_query_param = "page_size"
+    max_page_size = MAX_PAGE_SIZE
+
+
 class JobViewSet(viewsets.GenericViewSet):
     """Submit, list, inspect, cancel and requeue jobs."""
 
     serializer_class = JobSerializer
+    pagination_class = JobPagination
     lookup_value_regex = (
         "[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
     )
 
     def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):  # drf-spectacular building the schema
+            return Job.objects.none()
+        query = JobListQuery(data=self.request.query_params)
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
         return selectors.job_list(
-            status=self.request.query_params.get("status") or None,
-            kind=self.request.query_params.get("kind") or None,
+            status=params.get("status"),
+            kind=params.get("kind"),
+            queue=params.get("queue"),
+            ordering=params["ordering"],
         )
 
     def _get_job(self, pk: str) -> Job:
@@ -78,23 +96,15 @@ class JobViewSet(viewsets.GenericViewSet):
         parameters=[
             OpenApiParameter("status", str, enum=[s.value for s in JobStatus]),
             OpenApiParameter("kind", str),
+            OpenApiParameter("queue", str),
+            OpenApiParameter("ordering", str, enum=ORDERINGS, default="-created_at"),
+            OpenApiParameter(
+                "page_size", int, description=f"1 to {MAX_PAGE_SIZE}; {DEFAULT_PAGE_SIZE} if absent"
+            ),
         ],
+        description="Unknown query parameters are refused with 400, like unknown body fields.",
     )
     def list(self, request: Request) -> Response:
-        status_filter = request.query_params.get("status")
-        if status_filter and status_filter not in JobStatus.values:
-            return Response(
-                {
-                    "detail": "Invalid filter.",
-                    "errors": [
-                        {
-                            "field": "status",
-                            "reason": f"must be one of {', '.join(JobStatus.values)}",
-                        }
-                    ],
-                },
-                status=status.HTTP_400_BAD_REQUEST,
-            )
         page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(
             JobListSerializer(page, many=True, context={"request": request}).data
@@ -107,12 +117,18 @@ class JobViewSet(viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
         self._get_job(pk)
-        services.job_cancel(job_id=pk)
+        services.job_cancel(job_id=pk, actor=request.user, via="API")
         return Response(JobSerializer(self._get_job(pk), context={"request": request}).data)
 
-    @extend_schema(request=None, responses=JobSerializer)
+    @extend_schema(
+        request=None,
+        responses=JobSerializer,
+        description="Queue a dead job again with the attempts it has left, and at least one: "
+        "a job that used all its attempts gets exactly one more (max_attempts + 1); if that "
+        "fails it is dead again. 409 unless the job is dead.",
+    )
     @action(detail=True, methods=["post"])
     def requeue(self, request: Request, pk: str) -> Response:
         self._get_job(pk)
-        services.job_requeue(job_id=pk)
+        services.job_requeue(job_id=pk, actor=request.user, via="API")
         return Response(JobSerializer(self._get_job(pk), context={"request": request}).data)

@@ -2,7 +2,16 @@
 
 from django.conf import settings
 
-from jobs.kinds import csv_summary, faults, flaky, leaky, webhook  # noqa: F401
+from jobs.kinds import (  # noqa: F401
+    bulk,
+    csv_summary,
+    faults,
+    flaky,
+    leaky,
+    memory_hog,
+    storm,
+    webhook,
+)
 from jobs.kinds.base import (
     AttemptContext,
     Cancelled,
@@ -13,7 +22,12 @@ from jobs.kinds.base import (
 from jobs.kinds.registry import UnknownKind, get_kind, kind_names, policy_for, register
 
 if settings.JOBS_FAULT_KINDS:
-    for _fault_kind in (*faults.FAULT_KINDS, *leaky.LEAK_KINDS):
+    for _fault_kind in (
+        *faults.FAULT_KINDS,
+        *leaky.LEAK_KINDS,
+        *memory_hog.MEMORY_KINDS,
+        *storm.STORM_KINDS,
+    ):
         register(_fault_kind)
 
 __all__ = [

@@ -44,10 +44,12 @@ class Cancelled(JobError):
 class AttemptContext:
     """What a running attempt may know about itself.
 
-    `soft_deadline` and `hard_deadline` are Unix times (seconds); past the
+    `soft_deadline` and `hard_deadline` are time.monotonic() readings
+    (seconds): a step of the host's wall clock moves no deadline. Past the
     soft one the attempt is recorded `soft_timeout` whatever it returns, past
     the hard one the child is killed. `cancel_event` is set when the job is
-    cancelled or the soft limit fires; long loops should poll `cancelled`.
+    cancelled or the soft limit fires, and when the attempt ends however it
+    ended; long loops should poll `cancelled`, helper threads wait on it.
     """
 
     job_id: uuid.UUID
@@ -64,7 +66,7 @@ class AttemptContext:
 
     def remaining(self) -> float:
         """Seconds left before the soft time limit (never negative)."""
-        return max(0.0, self.soft_deadline - time.time())
+        return max(0.0, self.soft_deadline - time.monotonic())
 
     def raise_if_cancelled(self) -> None:
         """Raise Cancelled when the cancellation flag is set."""

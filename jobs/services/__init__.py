@@ -1,39 +1,75 @@
 """Services: the only writers of job state (re-exported here; one module per concern).
 
 Submit, publish, start and finish attempts, promote retries, sweep the
-outbox and expired leases, cancel and requeue. Every state change follows
+outbox and expired leases, republish jobs whose message vanished, cancel,
+requeue and retry now. Every state change follows
 DESIGN.md ("Job lifecycle", "Retries") and happens inside a transaction that
 locks the job row, so concurrent workers, the scheduler and the API never
 interleave on one job.
 """
 
-from jobs.services.attempts import (
+from jobs.services.attempt_finish import (
     attempt_finish,
     attempt_interrupted,
-    attempt_start,
-    attempt_worker_lost,
+    attempt_memory_limit_end,
 )
-from jobs.services.lifecycle import job_cancel, job_requeue
-from jobs.services.records import RETRYABLE_OUTCOMES, AttemptReport, StartedAttempt, SubmitResult
+from jobs.services.attempt_start import attempt_start
+from jobs.services.audit import job_action_record
+from jobs.services.lifecycle import job_cancel, job_requeue, job_retry_now, requeue_max_attempts
+from jobs.services.lost_messages import (
+    Suspect,
+    SuspectReason,
+    lost_message_suspects,
+    lost_messages_republish,
+)
+from jobs.services.outcomes import (
+    outcome_spool,
+    outcome_spool_local,
+    outcomes_drain,
+    outcomes_drain_local,
+)
+from jobs.services.records import (
+    RETRYABLE_OUTCOMES,
+    AttemptEnd,
+    AttemptReport,
+    AttemptRun,
+    StartedAttempt,
+    SubmitResult,
+)
 from jobs.services.submission import job_publish, job_submit, request_fingerprint
 from jobs.services.sweeps import leases_expire, outbox_reopen, outbox_sweep, retries_promote_due
+from jobs.services.worker_loss import attempt_worker_lost
 
 __all__ = [
+    "AttemptEnd",
     "AttemptReport",
+    "AttemptRun",
     "RETRYABLE_OUTCOMES",
     "StartedAttempt",
+    "Suspect",
+    "SuspectReason",
     "SubmitResult",
     "job_publish",
     "job_submit",
     "request_fingerprint",
     "attempt_finish",
     "attempt_interrupted",
+    "attempt_memory_limit_end",
     "attempt_start",
     "attempt_worker_lost",
     "leases_expire",
+    "lost_message_suspects",
+    "lost_messages_republish",
     "outbox_reopen",
     "outbox_sweep",
     "retries_promote_due",
     "job_cancel",
     "job_requeue",
+    "job_retry_now",
+    "job_action_record",
+    "requeue_max_attempts",
+    "outcome_spool",
+    "outcome_spool_local",
+    "outcomes_drain",
+    "outcomes_drain_local",
 ]

@@ -1,25 +1,28 @@
 """Value types that services take and return.
 
-An attempt ending with one of RETRYABLE_OUTCOMES may be retried, policy permitting.
+An attempt ending with one of RETRYABLE_OUTCOMES may be retried, policy
+permitting (jobs.decisions).
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from jobs.decisions import RETRYABLE_OUTCOMES, Decision
 from jobs.models import AttemptOutcome, Job
 from jobs.policy import Policy
 
-RETRYABLE_OUTCOMES = frozenset(
-    {
-        AttemptOutcome.ERROR,
-        AttemptOutcome.SOFT_TIMEOUT,
-        AttemptOutcome.HARD_TIMEOUT,
-        AttemptOutcome.WORKER_LOST,
-    }
-)
+__all__ = [
+    "RETRYABLE_OUTCOMES",
+    "AttemptEnd",
+    "AttemptRun",
+    "AttemptReport",
+    "StartedAttempt",
+    "SubmitResult",
+    "without_nul",
+]
 
 
 def without_nul(value: Any) -> Any:
@@ -75,3 +78,56 @@ class AttemptReport:
     retryable: bool = True
     retry_after: float | None = None
     trace_id: str = ""
+    # The exception itself, in the process that ran the attempt (never stored):
+    # the Celery task raises from it, so Flower's traceback shows where it failed.
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    """What recording the end of an attempt did.
+
+    `status` is the job's status after the change, or None when nothing was
+    decided (the attempt was already recorded, e.g. by the lease sweep, or
+    the job had moved on, e.g. cancelled while it ran); `job_status` is the
+    job's status either way ("" when the job is gone). `decision` is the
+    retry-or-dead verdict on a failed attempt (None after a success or when
+    nothing was decided). `outcome` is the attempt's recorded outcome,
+    `attempt` its number and `max_attempts` the job's (0 when unknown).
+    `spooled` is True when the outcome could not be written yet and waits in
+    Redis for the scheduler (jobs.services.outcomes): nothing is decided.
+    """
+
+    status: str | None
+    job_status: str = ""
+    decision: Decision | None = None
+    outcome: str = ""
+    next_attempt_at: Any = None  # datetime (UTC) of the next attempt when retrying
+    attempt: int = 0
+    max_attempts: int = 0
+    spooled: bool = False
+
+
+@dataclass(frozen=True)
+class AttemptRun:
+    """One delivery handled by the runner (jobs.runner.execute_attempt).
+
+    `end` is None when the delivery was dropped unrun (duplicate, stale,
+    terminal job); then `report` is None too. `attempt` is the number that
+    ran (or the message's number when dropped). Memory in bytes, time in
+    seconds.
+    """
+
+    job_id: str
+    attempt: int
+    max_attempts: int = 0
+    end: AttemptEnd | None = None
+    report: AttemptReport | None = None
+    duration_seconds: float = 0.0
+    rss_before_bytes: int | None = None
+    rss_after_bytes: int | None = None
+
+    @property
+    def status(self) -> str | None:
+        """The job's status after this delivery, or None when it recorded nothing."""
+        return self.end.status if self.end is not None else None

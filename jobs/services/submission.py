@@ -6,16 +6,20 @@ import hashlib
 import json
 import logging
 import uuid
+from contextlib import nullcontext
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Q
-from django.utils import timezone
+from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db.models import Q, sql
+from django.db.models.functions import Now
 from rest_framework.exceptions import ValidationError
 
-from jobs import events, selectors
+from jobs import broker, clock, events, selectors
+from jobs.db import close_connections, is_unavailable
 from jobs.errors import IdempotencyConflict, InvalidSubmission, QueueFull
+from jobs.jsonsafe import json_problem
 from jobs.kinds import UnknownKind, get_kind, policy_for
 from jobs.models import Job, JobStatus
 from jobs.services.records import SubmitResult
@@ -35,27 +39,24 @@ def _canonical(value: Any) -> Any:
     return value
 
 
-def _nul_path(value: Any, path: str) -> str | None:
-    """Dotted path of the first string (or key) holding a NUL character, else None."""
-    if isinstance(value, str):
-        return path if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if "\x00" in str(key):
-                return path
-            found = _nul_path(item, f"{path}.{key}")
-            if found:
-                return found
-    if isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            found = _nul_path(item, f"{path}.{index}")
-            if found:
-                return found
-    return None
+def _storable(value: Any, path: str) -> None:
+    """Raise InvalidSubmission naming the first part of `value` no layer below can hold.
+
+    Depth, lone surrogates, NUL and non-finite numbers (jobs.jsonsafe): each
+    would otherwise end in a RecursionError, a DataError from the jsonb column
+    or an encoding error, that is, a 500.
+    """
+    problem = json_problem(value, path=path, max_depth=settings.JOBS_JSON_MAX_DEPTH)
+    if problem is not None:
+        raise InvalidSubmission({problem.path: [problem.reason]})
 
 
 def request_fingerprint(*, kind: str, queue: str, payload: Any, priority: int | None = None) -> str:
-    """SHA-256 hex of the canonical JSON of (kind, queue, payload); integral floats count as ints."""
+    """SHA-256 hex of the canonical JSON of (kind, queue, payload); integral floats count as ints.
+
+    Recursive: `payload` must already be within settings.JOBS_JSON_MAX_DEPTH
+    (job_submit checks it with `_storable` first).
+    """
     canonical = json.dumps(
         {"kind": kind, "queue": queue, "priority": priority, "payload": _canonical(payload)},
         sort_keys=True,
@@ -97,20 +98,25 @@ def job_submit(
 
     `priority` is Celery's Redis message priority (0 first, 9 last; None
     for none). Returns SubmitResult(job, created). Raises InvalidSubmission
-    (unknown kind, bad payload, queue or priority), IdempotencyConflict (key reused with another
-    request) or QueueFull (backpressure). Nothing is written when it raises.
+    (unknown kind; bad payload, queue or priority; a payload or key that
+    cannot be stored: nested deeper than settings.JOBS_JSON_MAX_DEPTH, a
+    lone surrogate, NUL or a non-finite number), IdempotencyConflict (key
+    reused with another request) or QueueFull (backpressure). Nothing is
+    written when it raises.
     """
     try:
         job_kind = get_kind(kind)
     except UnknownKind as exc:
         raise InvalidSubmission({"kind": [str(exc)]}) from None
+    # Before validation too: the kind's serializer recurses into the payload.
+    _storable(payload, "payload")
+    _storable(idempotency_key or "", "idempotency_key")
     try:
         validated = job_kind.validate_payload(payload)
     except ValidationError as exc:
         raise InvalidSubmission(_flatten_errors(exc.detail, "payload")) from None
-    nul_at = _nul_path(validated, "payload") or _nul_path(idempotency_key or "", "idempotency_key")
-    if nul_at:
-        raise InvalidSubmission({nul_at: ["NUL characters (\\u0000) are not allowed."]})
+    # And after: a field may have turned a string into a value jsonb refuses.
+    _storable(validated, "payload")
     queue = queue or job_kind.queue
     if queue not in settings.JOBS_QUEUES:
         raise InvalidSubmission(
@@ -133,38 +139,82 @@ def job_submit(
         )
 
     policy = policy_for(kind)
-    now = timezone.now()
+    now = clock.now()
+    job = Job(
+        kind=kind,
+        queue=queue,
+        priority=priority,
+        payload=validated,
+        status=JobStatus.QUEUED,
+        max_attempts=policy.max_attempts,
+        idempotency_key=idempotency_key or None,
+        request_fingerprint=fingerprint,
+        enqueued_at=now,
+        created_by=user if getattr(user, "is_authenticated", False) else None,
+        trace_parent=tracing.current_traceparent(),
+    )
     try:
-        with transaction.atomic():
-            job = Job.objects.create(
-                kind=kind,
-                queue=queue,
-                priority=priority,
-                payload=validated,
-                status=JobStatus.QUEUED,
-                max_attempts=policy.max_attempts,
-                idempotency_key=idempotency_key or None,
-                request_fingerprint=fingerprint,
-                enqueued_at=now,
-                created_by=user if getattr(user, "is_authenticated", False) else None,
-                trace_parent=tracing.current_traceparent(),
-            )
-            transaction.on_commit(lambda: job_publish(job_id=job.id))
-            transaction.on_commit(lambda: events.job_submitted.send(sender=Job, job=job))
+        if connection.vendor == "postgresql":
+            # One statement, its own transaction (a savepoint inside a caller's):
+            # no BEGIN/COMMIT round trips, and the database's clock comes back
+            # with it for the message's stamp, so the publish needs no SELECT.
+            in_caller_transaction = connection.in_atomic_block
+            with transaction.atomic() if in_caller_transaction else nullcontext():
+                stamped_at = _insert_returning_clock(job)
+
+            def committed() -> None:
+                _publish(job, stamped_at=stamped_at)
+                events.job_submitted.send(sender=Job, job=job)
+
+            if in_caller_transaction:
+                transaction.on_commit(committed)
+            else:
+                # Committed already. Not through on_commit, which asks the
+                # connection for its autocommit state: after a connection lost
+                # while stamping the publish, that would reconnect and turn a
+                # job that is taken into an error.
+                committed()
+        else:
+            with transaction.atomic():
+                job.save(force_insert=True)
+                transaction.on_commit(lambda: job_publish(job_id=job.id))
+                transaction.on_commit(lambda: events.job_submitted.send(sender=Job, job=job))
     except IntegrityError:
         # Lost a race with a concurrent submission of the same key.
         existing = Job.objects.filter(kind=kind, idempotency_key=idempotency_key).first()
         if idempotency_key and existing is not None:
             return _idempotent_match(existing, fingerprint)
         raise
-    logger.info(
-        "job submitted job_id=%s kind=%s queue=%s trace_id=%s",
-        job.id,
-        kind,
-        queue,
-        tracing.trace_id_from(job.trace_parent),
-    )
+    if logger.isEnabledFor(logging.INFO):
+        logger.info(
+            "job submitted job_id=%s kind=%s queue=%s trace_id=%s",
+            job.id,
+            kind,
+            queue,
+            tracing.trace_id_from(job.trace_parent),
+        )
     return SubmitResult(job=job, created=True)
+
+
+def _insert_returning_clock(job: Job) -> datetime:
+    """INSERT `job` (PostgreSQL) and return the database's clock at that statement.
+
+    The statement is the one Model.save() would send (same fields and
+    pre_save values: auto_now_add, defaults), with RETURNING
+    statement_timestamp() added. The returned time is earlier than the
+    publish that follows, which is all the message's stamp must be
+    (jobs.services.lost_messages). Raises IntegrityError (a duplicate
+    idempotency key) and the database's other errors.
+    """
+    query = sql.InsertQuery(Job)
+    query.insert_values(Job._meta.local_concrete_fields, [job])
+    ((statement, params),) = query.get_compiler(using=job._state.db or "default").as_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(f"{statement} RETURNING statement_timestamp()", params)
+        row = cursor.fetchone()
+    job._state.adding = False
+    job._state.db = "default"
+    return row[0]
 
 
 def _idempotent_match(existing: Job, fingerprint: str) -> SubmitResult:
@@ -178,21 +228,43 @@ def _idempotent_match(existing: Job, fingerprint: str) -> SubmitResult:
 def job_publish(*, job_id: uuid.UUID) -> bool:
     """Publish the message that starts the job's next attempt; record `published_at`.
 
+    Both stamps come from the database's clock (one clock for every
+    publisher): the message carries the time read just before the publish
+    (header broker.PUBLISHED_AT_HEADER) and `published_at` is the time just
+    after it, so a job whose `published_at` is earlier than a message's
+    header was pushed before that message (jobs.services.lost_messages).
+
     Returns False (and logs) when the job is not waiting for a publish or the
     broker refused; the outbox sweep tries again later. Never raises for a
-    broker outage.
+    broker outage. Returns True when the message was published but the
+    database connection was lost before `published_at` was written: the
+    sweep publishes again and the second delivery is dropped at the
+    attempt's start, so the caller must not report a failure.
     """
-    from jobs.tasks import run_attempt_task
-
     job = (
         Job.objects.filter(id=job_id, status=JobStatus.QUEUED)
         .only("kind", "queue", "priority", "attempts_made", "trace_parent")
+        .annotate(stamped_at=Now())
         .first()
     )
     if job is None:
         return False
+    return _publish(job, stamped_at=job.stamped_at)
+
+
+def _publish(job: Job, *, stamped_at: datetime) -> bool:
+    """job_publish once the job (queued; kind, queue, priority, attempts_made,
+    trace_parent loaded) and the database's time before the publish are known."""
+    from jobs.tasks import run_attempt_task
+
     attempt = job.attempts_made + 1
     policy = policy_for(job.kind)
+    if broker.recently_unreachable():
+        # The broker just failed a call: leave the job to the outbox sweep
+        # rather than wait for the socket timeout again.
+        logger.info("publish deferred to the outbox sweep job_id=%s: broker unreachable", job.id)
+        selectors.forget_outbox_count(job.queue)
+        return False
     try:
         # In the submitting request's trace, whoever publishes (API or scheduler).
         with tracing.in_trace(job.trace_parent):
@@ -204,16 +276,38 @@ def job_publish(*, job_id: uuid.UUID) -> bool:
                 soft_time_limit=policy.soft_time_limit,
                 time_limit=policy.hard_time_limit,
                 retry=False,
+                headers={broker.PUBLISHED_AT_HEADER: stamped_at.isoformat()},
             )
     except Exception as exc:  # kombu/redis raise many types for one outage
+        broker.mark_unreachable()
         logger.warning(
             "publish failed job_id=%s attempt=%s: %s: %s", job.id, attempt, type(exc).__name__, exc
         )
+        selectors.forget_outbox_count(job.queue)
         return False
+    broker.mark_reachable()
     # Only stamp the attempt we published: a later attempt waiting for its own
     # publish must keep published_at NULL so the sweep still sees it.
-    Job.objects.filter(id=job.id, published_at__isnull=True).filter(
-        Q(status=JobStatus.QUEUED, attempts_made=attempt - 1)
-        | (Q(attempts_made=attempt) & ~Q(status=JobStatus.QUEUED))
-    ).update(published_at=timezone.now())
+    try:
+        Job.objects.filter(id=job.id, published_at__isnull=True).filter(
+            Q(status=JobStatus.QUEUED, attempts_made=attempt - 1)
+            | (Q(attempts_made=attempt) & ~Q(status=JobStatus.QUEUED))
+        ).update(published_at=Now())
+    except DatabaseError as exc:
+        if not is_unavailable(exc):
+            raise
+        # The job's row is committed and its message is on the broker: the
+        # submission succeeded. Answering it with an error would make a client
+        # without an idempotency key submit it again. Without the stamp the
+        # outbox sweep publishes it once more, and the attempt's start drops
+        # whichever delivery comes second (jobs.services.attempt_start).
+        close_connections()
+        logger.warning(
+            "published but not stamped job_id=%s attempt=%s (database connection lost: %s: %s);"
+            " the outbox sweep will publish it again and the duplicate is dropped",
+            job.id,
+            attempt,
+            type(exc).__name__,
+            str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+        )
     return True

@@ -7,12 +7,11 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from jobs import selectors
 from jobs.models import Job, JobStatus
-from jobs.services.attempts import _record_worker_lost
 from jobs.services.submission import job_publish
+from jobs.services.worker_loss import record_worker_lost
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +21,7 @@ def retries_promote_due(*, now: datetime | None = None, limit: int = 500) -> int
 
     Returns how many were promoted. Safe to run in several schedulers at once.
     """
-    now = now or timezone.now()
+    now = now or selectors.database_now()
     with transaction.atomic():
         ids = list(
             selectors.jobs_due_for_retry(now=now, limit=limit)
@@ -43,7 +42,7 @@ def outbox_sweep(*, now: datetime | None = None, limit: int = 500) -> int:
 
     Returns how many were published.
     """
-    now = now or timezone.now()
+    now = now or selectors.database_now()
     before = now - timedelta(seconds=settings.JOBS_SWEEP_UNPUBLISHED_AFTER)
     ids = list(
         selectors.jobs_unpublished(enqueued_before=before, limit=limit).values_list("id", flat=True)
@@ -90,7 +89,7 @@ def leases_expire(*, now: datetime | None = None, limit: int = 500) -> int:
     running; its worker died without any process able to record it (e.g.
     the whole worker was killed). Returns how many attempts were closed.
     """
-    now = now or timezone.now()
+    now = now or selectors.database_now()
     closed = 0
     for job_id in list(
         selectors.jobs_lease_expired(now=now, limit=limit).values_list("id", flat=True)
@@ -106,7 +105,7 @@ def leases_expire(*, now: datetime | None = None, limit: int = 500) -> int:
             row = job.attempts.filter(number=job.attempts_made).first()
             if row is None or row.finished_at is not None:
                 continue
-            _record_worker_lost(
+            record_worker_lost(
                 job,
                 row,
                 now=now,

@@ -49,3 +49,24 @@ def platform_factory(_logroot: Path) -> Iterator[Callable[..., Platform]]:
         yield factory
     finally:
         factory.close()
+
+
+@pytest.fixture(scope="session")
+def api_platform(_logroot: Path) -> Iterator[Platform]:
+    """The web alone (gunicorn + PostgreSQL + Redis), for tests of what the API accepts.
+
+    No worker or scheduler: accepted jobs stay queued and nothing runs, so
+    thousands of generated requests leave no work behind. The ready-queue
+    limit is lifted, so backpressure (a deliberate 503) never answers them.
+    """
+    require_postgres()
+    factory = PlatformFactory(logroot=_logroot)
+    try:
+        yield factory(
+            "api",
+            env={"JOBS_QUEUE_MAX_READY": str(10**9)},
+            worker=False,
+            scheduler=False,
+        )
+    finally:
+        factory.close()

@@ -2,8 +2,8 @@
 
 Every platform a test talks to is built by `PlatformFactory`: its own
 redis-server on a spare port, its own freshly created PostgreSQL database
-(migrated with `manage.py migrate`), a user with a DRF token, and the
-Procfile's processes started through `devstack.processes.Stack`. Teardown
+(a copy of one migrated once per session), a user with a DRF token, and
+the Procfile's processes started through `devstack.processes.Stack`. Teardown
 stops each process by pid, stops the redis-server and drops the database,
 whether the test passed or not.
 
@@ -13,9 +13,12 @@ types from here.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import tempfile
 import uuid
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,7 @@ from devstack.services import (
     drop_database,
     ensure_postgres,
     free_port,
+    postgres_reachable,
     wait_for,
 )
 
@@ -48,10 +52,15 @@ BASE_ENV = {
     "LOG_LEVEL": "INFO",
     "JOBS_SCHEDULER_INTERVAL": "0.1",
     "OTEL_SDK_DISABLED": "true",
+    # A retry budget that never refuses (floor of a million retries per window):
+    # tests of other things retry freely; budget tests set their own.
+    "JOBS_RETRY_BUDGET_FLOOR": "1000000",
 }
 
 TERMINAL = frozenset({"succeeded", "dead", "cancelled"})
 HTTP_TIMEOUT = 30
+# Seconds a test's processes get between SIGTERM and SIGKILL at teardown.
+TEARDOWN_STOP_SECONDS = 5.0
 
 
 @dataclass
@@ -67,8 +76,10 @@ class Platform:
     web: Process | None = None
     worker: Process | None = None
     scheduler: Process | None = None
-    # The worker's /metrics (its main process); the web's is url("/metrics").
+    # The worker's /metrics (its main process), the scheduler's (its counters and
+    # celery_worker_up); the web's is url("/metrics").
     worker_metrics_url: str = ""
+    scheduler_metrics_url: str = ""
     session: requests.Session = field(default_factory=requests.Session)
 
     # -- HTTP -----------------------------------------------------------------
@@ -119,6 +130,12 @@ class Platform:
         with psycopg.connect(dsn) as conn:
             return conn.execute(sql, params).fetchone()[0]
 
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Every row of `sql`, read with psycopg from this platform's database."""
+        dsn = self.database_url.replace("postgres://", "postgresql://", 1)
+        with psycopg.connect(dsn) as conn:
+            return conn.execute(sql, params).fetchall()
+
     def row_count(self) -> int:
         """Rows in the jobs table, counted in the database itself."""
         return self.scalar("SELECT count(*) FROM jobs_job")
@@ -151,11 +168,13 @@ class PlatformFactory:
         """A platform named `name` with `env` added to BASE_ENV; starts the chosen processes."""
         db_name = f"jobs_it_{name}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         admin_url = require_postgres()
-        database_url = create_database(db_name, admin_url=admin_url)
+        template, token = _migrated_template(admin_url)
+        database_url = create_database(db_name, admin_url=admin_url, template=template)
         self.exits.callback(drop_database, db_name, admin_url=admin_url)
         redis_server = RedisServer().start()
         self.exits.callback(redis_server.stop)
         worker_metrics_port = free_port()
+        scheduler_metrics_port = free_port()
         stack = Stack(
             env={
                 **BASE_ENV,
@@ -165,33 +184,51 @@ class PlatformFactory:
                 # Per platform: parallel platforms must not share metrics files or a port.
                 "JOBS_METRICS_DIR": str(self.logroot / db_name / "metrics"),
                 "JOBS_WORKER_METRICS_PORT": str(worker_metrics_port),
+                "JOBS_SCHEDULER_METRICS_PORT": str(scheduler_metrics_port),
                 **(env or {}),
             },
             logdir=self.logroot / db_name,
         )
         # Registered after the services, so it runs first: processes stop by pid
-        # before their Redis and database go away.
-        self.exits.callback(stack.stop)
+        # before their Redis and database go away. A test's end needs no warm
+        # shutdown: a worker still running an attempt is killed after 5 s, not 20.
+        self.exits.callback(stack.stop, timeout=TEARDOWN_STOP_SECONDS)
         platform = Platform(
             name=name,
             stack=stack,
             redis=redis_server,
             database_url=database_url,
             worker_metrics_url=f"http://127.0.0.1:{worker_metrics_port}/metrics",
+            scheduler_metrics_url=f"http://127.0.0.1:{scheduler_metrics_port}/metrics",
         )
 
-        stack.run(["python", "manage.py", "migrate", "--no-input"], timeout=300)
-        platform.token = _create_token(stack)
+        platform.token = token
         platform.session.headers["Authorization"] = f"Token {platform.token}"
         self.exits.callback(platform.session.close)
-        if web:
-            port = free_port()
-            platform.web = stack.start_web(port, workers=2, threads=4, timeout=90)
+        # Started side by side: each waits mostly for its own imports and readiness.
+        port = free_port()
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            started = {
+                "web": pool.submit(stack.start_web, port, workers=2, threads=4, timeout=90)
+                if web
+                else None,
+                "worker": pool.submit(
+                    stack.start_worker, concurrency=worker_concurrency, timeout=120
+                )
+                if worker
+                else None,
+                "scheduler": pool.submit(stack.start_scheduler) if scheduler else None,
+            }
+            # Every start is waited for before any error is raised: each process
+            # that did start is in stack.processes, for stack.stop.
+            wait([f for f in started.values() if f is not None])
+        if started["web"] is not None:
+            platform.web = started["web"].result()
             platform.base_url = f"http://127.0.0.1:{port}"
-        if worker:
-            platform.worker = stack.start_worker(concurrency=worker_concurrency, timeout=120)
-        if scheduler:
-            platform.scheduler = stack.start_scheduler()
+        if started["worker"] is not None:
+            platform.worker = started["worker"].result()
+        if started["scheduler"] is not None:
+            platform.scheduler = started["scheduler"].result()
         return platform
 
     def close(self) -> None:
@@ -206,6 +243,34 @@ user, _ = get_user_model().objects.get_or_create(
 )
 print("TOKEN=" + Token.objects.get_or_create(user=user)[0].key)
 """
+
+
+_templates: dict[str, tuple[str, str]] = {}
+
+
+def _migrated_template(admin_url: str) -> tuple[str, str]:
+    """(name, token) of this session's migrated database with the integration user's token.
+
+    Made once per test process: every platform's database is a copy of it
+    (create_database's `template`), saving `migrate` and the token's
+    `manage.py shell` (~4 s) per platform; dropped when the process exits.
+    """
+    if admin_url not in _templates:
+        name = f"jobs_it_template_{os.getpid()}"
+        url = create_database(name, admin_url=admin_url)
+        atexit.register(_drop_template, name, admin_url)
+        with tempfile.TemporaryDirectory(prefix="jobs-it-template-") as logdir:
+            stack = Stack(env={**BASE_ENV, "DATABASE_URL": url}, logdir=Path(logdir))
+            stack.run(["python", "manage.py", "migrate", "--no-input"], timeout=300)
+            token = _create_token(stack)
+        _templates[admin_url] = (name, token)
+    return _templates[admin_url]
+
+
+def _drop_template(name: str, admin_url: str) -> None:
+    # A test's private server (test_faults_database_outage) is gone by exit time.
+    if postgres_reachable(admin_url):
+        drop_database(name, admin_url=admin_url)
 
 
 def _create_token(stack: Stack) -> str:

@@ -3,9 +3,10 @@
 A scrape is parsed with prometheus_client's own text parser into `Samples`,
 whose `get(name, labels)` answers exactly as
 `CollectorRegistry.get_sample_value` does (None when the series is absent).
-Counters of one platform live on two endpoints (web + scheduler on the web's
-/metrics, worker main and children on the worker's), so `scrape_platform`
-sums them per series, as a Prometheus `sum()` would.
+Counters of one platform live on three endpoints (the web's /metrics, the
+worker's — main process and children — and the scheduler's, which also
+carries celery_worker_up), so `scrape_platform` sums them per series, as a
+Prometheus `sum()` would.
 
 `covers(*names)` marks a test as exercising catalogue entries; the meta-test
 in test_telemetry_catalogue.py reads these marks from every
@@ -98,8 +99,11 @@ def scrape(url: str) -> Samples:
 
 
 def scrape_platform(platform: Platform) -> Samples:
-    """Web /metrics + worker /metrics of `platform`, summed per series."""
-    return scrape(platform.url("/metrics")) + scrape(platform.worker_metrics_url)
+    """Web, worker and (when it runs) scheduler /metrics of `platform`, summed per series."""
+    samples = scrape(platform.url("/metrics")) + scrape(platform.worker_metrics_url)
+    if platform.scheduler is not None:
+        samples = samples + scrape(platform.scheduler_metrics_url)
+    return samples
 
 
 def changes(before: Samples, after: Samples, name: str) -> dict[tuple[tuple[str, str], ...], float]:

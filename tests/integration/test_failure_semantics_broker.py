@@ -88,6 +88,10 @@ def test_redis_restart_during_submission_costs_no_5xx_and_no_job(
     # is stopped with messages in it; it is started again once 20 requests sent
     # during the outage were answered and the worker and the scheduler's sweep
     # both noticed the outage
+    # (once the worker consumes: stopped during its start, it reports the
+    # outage as a failed connect instead of a lost connection)
+    worker = platform.worker
+    wait_for(lambda: " ready." in worker.log(), timeout=60, what="the worker consuming")
     client = redis.Redis.from_url(platform.redis.url)
     worker_offset = len(platform.worker.log())
     scheduler_offset = len(platform.scheduler.log())
@@ -99,16 +103,25 @@ def test_redis_restart_during_submission_costs_no_5xx_and_no_job(
         platform.redis.stop()
         stopped_at = time.time()
         try:
-            wait_for(
-                lambda: (
-                    answered_since(stopped_at) >= 20
-                    and "Connection to broker lost" in platform.worker.log()[worker_offset:]
-                    and "publish failed" in platform.scheduler.log()[scheduler_offset:]
+            scheduler = platform.scheduler
+            noticed = {
+                "20 answers during the outage": lambda: answered_since(stopped_at) >= 20,
+                "the worker's lost connection": lambda: (
+                    "Connection to broker lost" in worker.log()[worker_offset:]
                 ),
-                timeout=180,
-                interval=0.05,
-                what="20 answers during the outage, noticed by the worker and the sweep",
-            )
+                "the sweep's failed publish": lambda: (
+                    "publish failed" in scheduler.log()[scheduler_offset:]
+                ),
+            }
+            try:
+                wait_for(
+                    lambda: all(check() for check in noticed.values()), timeout=180, what="outage"
+                )
+            except TimeoutError as exc:
+                missing = [name for name, check in noticed.items() if not check()]
+                raise AssertionError(
+                    f"after 180 s of outage, still missing: {missing}\n{platform.log_tails()}"
+                ) from exc
         finally:
             platform.redis.start()
         started_at = time.time()

@@ -152,6 +152,7 @@ def test_submissions_counted_when_accepted_and_rejections_by_reason(plat: Platfo
 @covers(
     "jobs_attempts_total",
     "jobs_retries_total",
+    "jobs_retry_delay_seconds",
     "celery_task_retried_total",
     "celery_task_received_total",
     "celery_task_started_total",
@@ -173,7 +174,7 @@ def test_attempt_counters_follow_a_job_that_retried_once(plat: Platform) -> None
     after = quiet(plat)
 
     # then: 2 attempts (error, succeeded), 1 retry, 1 completion; 2 messages (the API's
-    # and the scheduler's), each received, started and returned by the Celery task
+    # and the scheduler's), each received and started; Celery saw RETRY, then SUCCESS
     assert_moved_exactly(
         before,
         after,
@@ -182,19 +183,20 @@ def test_attempt_counters_follow_a_job_that_retried_once(plat: Platform) -> None
             "celery_task_sent_total": {lbl(**TASK): 2},
             "celery_task_received_total": {lbl(**TASK): 2},
             "celery_task_started_total": {lbl(**TASK): 2},
-            "celery_task_succeeded_total": {lbl(**TASK): 2},
+            "celery_task_succeeded_total": {lbl(**TASK): 1},
             "celery_task_retried_total": {lbl(**TASK): 1},
             "jobs_attempts_total": {
                 lbl(**FLAKY, outcome="error"): 1,
                 lbl(**FLAKY, outcome="succeeded"): 1,
             },
             "jobs_retries_total": {lbl(**FLAKY, reason="error"): 1},
+            "jobs_retry_delay_seconds_count": {lbl(**FLAKY): 1},
             "jobs_completed_total": {lbl(**FLAKY, outcome="succeeded"): 1},
             "jobs_attempt_duration_seconds_count": {
                 lbl(**FLAKY, outcome="error"): 1,
                 lbl(**FLAKY, outcome="succeeded"): 1,
             },
-            "celery_task_runtime_count": {lbl(**TASK): 2},
+            "celery_task_runtime_count": {lbl(**TASK): 1},
             "jobs_end_to_end_seconds_count": {lbl(**FLAKY, outcome="succeeded"): 1},
             "jobs_attempt_rss_growth_bytes_count": {lbl(kind="demo.flaky"): 2},
         },
@@ -242,20 +244,21 @@ def test_dead_letters_counted_and_gauged_through_requeue(plat: Platform) -> None
             "celery_task_sent_total": {lbl(**TASK): 3},
             "celery_task_received_total": {lbl(**TASK): 3},
             "celery_task_started_total": {lbl(**TASK): 3},
-            "celery_task_succeeded_total": {lbl(**TASK): 3},
+            # Celery saw RETRY, RETRY, FAILURE: a failed attempt is never a success
             "celery_task_retried_total": {lbl(**TASK): 2},
+            "celery_task_failed_total": {lbl(**TASK, exception="RetryableError"): 1},
             "jobs_attempts_total": {lbl(**FLAKY, outcome="error"): 3},
             "jobs_retries_total": {lbl(**FLAKY, reason="error"): 2},
+            "jobs_retry_delay_seconds_count": {lbl(**FLAKY): 2},
             "jobs_completed_total": {lbl(**FLAKY, outcome="dead"): 1},
             "jobs_dead_letters_total": {lbl(**FLAKY, reason="exhausted"): 1},
             "jobs_attempt_duration_seconds_count": {lbl(**FLAKY, outcome="error"): 3},
-            "celery_task_runtime_count": {lbl(**TASK): 3},
             "jobs_end_to_end_seconds_count": {lbl(**FLAKY, outcome="dead"): 1},
             "jobs_attempt_rss_growth_bytes_count": {lbl(kind="demo.flaky"): 3},
         },
     )
 
-    # when it is requeued (3 more attempts, 1 s each)
+    # when it is requeued (one more attempt, 1 s: a requeue never doubles the budget)
     response = plat.session.post(plat.url(f"/api/jobs/{job_id}/requeue/"), timeout=HTTP_TIMEOUT)
     assert response.status_code == 200, response.text
 
@@ -275,10 +278,10 @@ def test_dead_letters_counted_and_gauged_through_requeue(plat: Platform) -> None
 
     # when it is dead again
     wait_for(
-        lambda: plat.job(job_id)["attempts_made"] == 6 and plat.job(job_id)["status"] == "dead",
+        lambda: plat.job(job_id)["attempts_made"] == 4 and plat.job(job_id)["status"] == "dead",
         timeout=90,
         interval=0.2,
-        what="requeued job dead again after 6 attempts",
+        what="requeued job dead again after 4 attempts",
     )
     second = quiet(plat)
 
@@ -291,12 +294,57 @@ def test_dead_letters_counted_and_gauged_through_requeue(plat: Platform) -> None
     }
 
 
+# --- cancellation -------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+@covers("celery_task_revoked_total")
+def test_cancelled_running_attempt_is_a_revoked_task(plat: Platform) -> None:
+    # given a quiet platform and a running job (30 s of work, watching its cancellation flag)
+    before = quiet(plat)
+    job_id = plat.submit("demo.flaky", {"fail_times": 0, "sleep_seconds": 30})
+    plat.wait_job(job_id, statuses=frozenset({"running"}), timeout=30)
+
+    # when it is cancelled
+    response = plat.session.post(plat.url(f"/api/jobs/{job_id}/cancel/"), timeout=HTTP_TIMEOUT)
+    assert response.status_code == 200, response.text
+    job = plat.wait_job(job_id)
+    assert job["status"] == "cancelled", job
+    # (the job is cancelled at once; its attempt stops at its next look at the flag)
+    wait_for(
+        lambda: plat.job(job_id)["attempts"][0]["outcome"] == "cancelled",
+        timeout=30,
+        interval=0.2,
+        what="the running attempt to stop",
+    )
+    after = quiet(plat)
+
+    # then Celery saw the attempt REVOKED: no success, no failure, no retry
+    assert_moved_exactly(
+        before,
+        after,
+        {
+            "jobs_submitted_total": {lbl(**FLAKY): 1},
+            "celery_task_sent_total": {lbl(**TASK): 1},
+            "celery_task_received_total": {lbl(**TASK): 1},
+            "celery_task_started_total": {lbl(**TASK): 1},
+            "celery_task_revoked_total": {lbl(**TASK): 1},
+            "jobs_attempts_total": {lbl(**FLAKY, outcome="cancelled"): 1},
+            "jobs_completed_total": {lbl(**FLAKY, outcome="cancelled"): 1},
+            "jobs_attempt_duration_seconds_count": {lbl(**FLAKY, outcome="cancelled"): 1},
+            "jobs_end_to_end_seconds_count": {lbl(**FLAKY, outcome="cancelled"): 1},
+            "jobs_attempt_rss_growth_bytes_count": {lbl(kind="demo.flaky"): 1},
+        },
+    )
+
+
 # --- duplicates ---------------------------------------------------------------------------
 
 
 @pytest.mark.integration
 @pytest.mark.timeout(180)
-@covers("jobs_duplicate_deliveries_total")
+@covers("jobs_duplicate_deliveries_total", "celery_task_rejected_total")
 def test_duplicate_deliveries_counted_by_reason(plat: Platform) -> None:
     # given a quiet platform, a finished job and a running one (4 s of work)
     done = plat.wait_job(plat.submit("demo.flaky", {"fail_times": 0}))
@@ -321,8 +369,12 @@ def test_duplicate_deliveries_counted_by_reason(plat: Platform) -> None:
         lbl(**FLAKY, reason="terminal"): 1,
         lbl(**FLAKY, reason="live"): 1,
     }
-    # and only the real attempt ran
+    # and only the real attempt ran; the dropped deliveries are Celery's IGNORED, which
+    # moves none of celery-exporter's counters (task-rejected moves only when the worker
+    # hands a message back to the broker, e.g. a lost child it could not record)
     assert changes(before, after, "jobs_attempts_total") == {lbl(**FLAKY, outcome="succeeded"): 1}
+    assert changes(before, after, "celery_task_succeeded_total") == {lbl(**TASK): 1}
+    assert changes(before, after, "celery_task_rejected_total") == {}
     assert [a["number"] for a in plat.job(running)["attempts"]] == [1]
     assert [a["number"] for a in plat.job(done["id"])["attempts"]] == [1]
 

@@ -154,6 +154,23 @@ def test_attempt_spans_in_their_request_trace_none_lost(
     assert "job.retry_delay_seconds" not in three[2]["attributes"]
     # and they ran in three different children (one task per child)
     assert len({s["pid"] for s in three}) == 3
+    # and the HTTP server spans are named by route template (OpenTelemetry's http.route),
+    # not by the router's regex; scrapes and health checks are not traced
+    for path in (f"/api/jobs/{retried}/", "/metrics", "/healthz"):
+        assert platform.session.get(platform.url(path), timeout=30).status_code == 200
+
+    def job_get_span() -> dict[str, Any] | None:
+        for span in _spans(span_file):
+            if span["kind"] == "SERVER" and span["name"].startswith("GET /api/jobs/"):
+                return span
+        return None
+
+    got = wait_for(job_get_span, timeout=30, interval=0.5, what="GET job span")
+    assert got["name"] == "GET /api/jobs/{pk}/", got["name"]
+    assert got["attributes"]["http.route"] == "/api/jobs/{pk}/"
+    server = [s for s in _spans(span_file) if s["kind"] == "SERVER"]
+    assert {s["name"] for s in server} <= {"POST /api/jobs/", "GET /api/jobs/{pk}/"}, server
+    assert not [s for s in server if "metrics" in s["name"] or "healthz" in s["name"]]
     names: dict[str, int] = {}
     for span in spans:
         names[span["name"]] = names.get(span["name"], 0) + 1

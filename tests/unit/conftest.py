@@ -21,7 +21,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from devstack.receiver import WebhookReceiver
-from devstack.services import RedisServer
+from devstack.services import RedisServer, free_port
 
 SHARED_REDIS_PORT = 6379
 
@@ -51,6 +51,24 @@ def private_broker() -> Iterator[RedisServer]:
         override.disable()
         server.stop()
         shutil.rmtree(server.workdir, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def broker_not_marked_unreachable() -> None:
+    """A broker failure seen by an earlier test does not make this one skip the broker."""
+    from jobs import broker
+
+    broker.mark_reachable()
+
+
+@pytest.fixture(autouse=True)
+def retry_budget_of_its_own(settings: Any) -> None:
+    """Each test counts its retry budget (jobs.budget) under a key prefix of its own.
+
+    The private broker lives for the session: without this, failures of one
+    test would spend the budget of the next.
+    """
+    settings.JOBS_RETRY_BUDGET_KEY_PREFIX = f"test:{uuid.uuid4().hex}:"
 
 
 @pytest.fixture
@@ -156,7 +174,7 @@ def attempt_context() -> Callable[..., Any]:
     from jobs.kinds import AttemptContext
 
     def make(*, soft_in: float = 30.0, hard_in: float = 45.0, attempt: int = 1) -> AttemptContext:
-        now = time.time()
+        now = time.monotonic()
         return AttemptContext(
             job_id=uuid.uuid4(),
             kind="test.kind",
@@ -200,3 +218,52 @@ def summarise_file(
         return kind.run(validated, attempt_context())
 
     return run
+
+
+# -- a redis-server whose role tests change (failover, write refusal) ---------
+
+
+@pytest.fixture(scope="module")
+def role_redis() -> Iterator[RedisServer]:
+    """A redis-server per test module whose role tests change (REPLICAOF); never the session broker."""
+    server = RedisServer().start()
+    assert server.port != SHARED_REDIS_PORT
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(server.workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def role_admin(role_redis: RedisServer) -> Iterator[redis.Redis]:
+    """A plain client of `role_redis`; the server is an empty primary again after the test."""
+    client = redis.Redis.from_url(role_redis.url, protocol=2)
+    client.flushdb()
+    try:
+        yield client
+    finally:
+        client.replicaof("NO", "ONE")
+        client.flushdb()
+        client.close()
+
+
+@pytest.fixture
+def demote(role_admin: redis.Redis) -> Callable[[], None]:
+    """Make `role_redis` a replica of a master that does not exist (a failover in progress)."""
+    return lambda: role_admin.replicaof("127.0.0.1", free_port())
+
+
+@pytest.fixture
+def transport_client(role_redis: RedisServer) -> Iterator[redis.Redis]:
+    """The redis-py client of a channel of our broker transport (what the worker's consumer uses)."""
+    from kombu import Connection
+
+    from jobs.broker_transport import Transport, UnavailableIsDisconnect
+
+    with Connection(role_redis.url, transport=Transport) as connection:
+        channel = connection.default_channel
+        # both of kombu's pools use our connection class (kombu's own hook)
+        for pool in (channel.pool, channel.async_pool):
+            assert issubclass(pool.connection_class, UnavailableIsDisconnect)
+        yield channel.client

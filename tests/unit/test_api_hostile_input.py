@@ -69,6 +69,143 @@ def test_api_submit_refuses_unknown_fields_and_nul(
     assert Job.objects.count() == 0
 
 
+WEBHOOK = '{"kind":"webhook.deliver","payload":{"url":"http://127.0.0.1:9000/h",%s}}'
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "reason"),
+    [
+        (WEBHOOK % '"body":{"t":"\\ud83d"}', "payload.body.t", "Lone UTF-16 surrogate \\ud83d"),
+        (WEBHOOK % '"body":{"\\ud83d":1}', "payload.body.\\ud83d", "Field name"),
+        ('{"kind":"demo.flaky","payload":{},"\\ud800":1}', "\\ud800", "surrogate"),
+        (WEBHOOK % '"headers":{"\\udc00":"v"}', "payload.headers.\\udc00", "surrogate"),
+        (WEBHOOK % '"headers":{"X-A":"\\ud800"}', "payload.headers.X-A", "surrogate"),
+        (
+            '{"kind":"demo.flaky","payload":{},"idempotency_key":"\\ud800"}',
+            "idempotency_key",
+            "surrogate",
+        ),
+        ('{"kind":"\\ud800","payload":{}}', "kind", "surrogate"),
+        (WEBHOOK % '"body":{"t":NaN}', "payload.body.t", "Not a finite number"),
+        (WEBHOOK % '"body":{"t":-Infinity}', "payload.body.t", "Not a finite number"),
+        (WEBHOOK % '"body":{"t":1e400}', "payload.body.t", "Not a finite number"),
+        (
+            '{"kind":"demo.flaky","payload":{"sleep_seconds":1e400}}',
+            "payload.sleep_seconds",
+            "finite",
+        ),
+        (WEBHOOK % '"body":{"\\u0000":1}', "payload.body.\\u0000", "NUL"),
+    ],
+    ids=[
+        "surrogate-in-payload-value",
+        "surrogate-in-payload-key",
+        "surrogate-top-level-field-name",
+        "surrogate-header-name",
+        "surrogate-header-value",
+        "surrogate-idempotency-key",
+        "surrogate-kind",
+        "nan",
+        "minus-infinity",
+        "1e400",
+        "1e400-in-a-float-field",
+        "nul-in-payload-key",
+    ],
+)
+def test_api_submit_hostile_json_is_400_naming_the_field(
+    api_client: APIClient, raw: str, field: str, reason: str
+) -> None:
+    response = _post_raw(api_client, raw)
+
+    assert response.status_code == 400, response.content
+    errors = _errors(response)
+    assert field in errors, errors
+    assert reason in errors[field]
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize("depth", [65, 100, 500, 700, 950, 990, 1_500, 5_000, 100_000])
+def test_api_submit_deep_payload_is_400_with_the_limit(api_client: APIClient, depth: int) -> None:
+    raw = WEBHOOK % f'"body":{"[" * (depth - 1)}{"]" * (depth - 1)}'
+
+    response = _post_raw(api_client, raw)
+
+    assert response.status_code == 400, response.content[:300]
+    ((field, reason),) = _errors(response).items()
+    assert field.startswith(("payload", "body")), field
+    assert "64" in reason
+    assert Job.objects.count() == 0
+
+
+def test_api_submit_payload_at_the_depth_limit_is_accepted(api_client: APIClient) -> None:
+    # payload (1) > body (2) > 62 arrays: 64 levels, the default limit
+    raw = WEBHOOK % f'"body":{"[" * 62}{"]" * 62}'
+
+    response = _post_raw(api_client, raw)
+
+    assert response.status_code == 202, response.content
+    assert Job.objects.count() == 1
+
+
+def test_api_submit_at_the_highest_allowed_depth_limit_round_trips(
+    api_client: APIClient, settings: Any
+) -> None:
+    # given the largest JOBS_JSON_MAX_DEPTH that jobs.E003 allows
+    from jobs.checks import MAX_JSON_DEPTH
+
+    settings.JOBS_JSON_MAX_DEPTH = MAX_JSON_DEPTH
+    arrays = MAX_JSON_DEPTH - 2
+    raw = WEBHOOK % f'"body":{"[" * arrays}{"]" * arrays}'
+
+    # when a payload exactly that deep is submitted and read back
+    response = _post_raw(api_client, raw)
+    assert response.status_code == 202, response.content[:300]
+    detail = api_client.get(response.json()["url"])
+
+    # then validation, the fingerprint, storage and rendering all had room
+    assert detail.status_code == 200
+    assert detail.json()["payload"]["body"] == json.loads(raw)["payload"]["body"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"t": -0.0, "big": 10**300, "tiny": 1e-320},
+        {"\U0001f600": "\U0001f600\U0010ffff", "bidi": "\u202eevil\u2066"},
+    ],
+    ids=["negative-zero-and-huge-numbers", "astral-and-bidi"],
+)
+def test_api_submit_unusual_but_valid_json_is_accepted(api_client: APIClient, body: Any) -> None:
+    raw = json.dumps(
+        {"kind": "webhook.deliver", "payload": {"url": "http://127.0.0.1:9/", "body": body}}
+    )
+
+    response = _post_raw(api_client, raw)
+
+    assert response.status_code == 202, response.content
+    assert Job.objects.get().payload["body"] == json.loads(json.dumps(body))
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("kind=%00", "kind"), ("status=queued&kind=a%00b", "kind"), ("%00=1", "\\u0000")],
+    ids=["nul-value", "nul-inside-a-value", "nul-name"],
+)
+def test_api_nul_in_a_query_parameter_is_400_naming_it(
+    api_client: APIClient, query: str, field: str
+) -> None:
+    response = api_client.get(f"{JOBS_URL}?{query}")
+
+    assert response.status_code == 400, response.content
+    assert "NUL" in _errors(response)[field]
+
+
+def test_nul_in_a_query_parameter_outside_the_api_is_a_plain_400(api_client: APIClient) -> None:
+    response = api_client.get("/admin/jobs/job/?q=%00")
+
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("text/plain")
+
+
 def test_api_submit_idempotency_header_too_long_is_400(api_client: APIClient) -> None:
     response = _post_raw(api_client, json.dumps(FLAKY), HTTP_IDEMPOTENCY_KEY="k" * 300)
 

@@ -36,10 +36,12 @@ def test_backoff_bounds_formula_holds_for_custom_policy() -> None:
 
 
 def test_backoff_bounds_high_never_below_floor() -> None:
-    policy = Policy(backoff_base=0.01, backoff_cap=0.05, backoff_floor=2.0)
+    # base * 2**0 is below the floor; the floor wins, the cap still bounds later retries
+    policy = Policy(backoff_base=0.01, backoff_cap=5.0, backoff_floor=2.0)
 
     assert policy.backoff_bounds(1) == (2.0, 2.0)
     assert policy.backoff_delay(1, rng=random.Random(1)) == 2.0
+    assert policy.backoff_bounds(20) == (2.0, 5.0)
 
 
 def test_backoff_delay_always_within_bounds_over_many_draws() -> None:
@@ -99,6 +101,16 @@ def test_retry_delay_without_retry_after_equals_backoff() -> None:
         ({"backoff_base": -1}, "negative"),
         ({"backoff_cap": -1}, "negative"),
         ({"backoff_floor": -0.1}, "negative"),
+        ({"backoff_floor": 10, "backoff_cap": 1}, "backoff_floor 10 s is above backoff_cap 1 s"),
+        ({"max_attempts": 2.5}, "max_attempts must be an integer"),
+        ({"max_attempts": True}, "max_attempts must be an integer"),
+        ({"max_attempts": "3"}, "max_attempts must be an integer"),
+        ({"backoff_cap": "60"}, "backoff_cap must be a number"),
+        ({"soft_time_limit": False}, "soft_time_limit must be a number"),
+        ({"hard_time_limit": float("inf")}, "hard_time_limit must be a finite number"),
+        ({"soft_time_limit": float("nan")}, "soft_time_limit must be a finite number"),
+        ({"backoff_cap": float("nan")}, "backoff_cap must be a finite number"),
+        ({"retry_unexpected_errors": "no"}, "retry_unexpected_errors must be true or false"),
     ],
 )
 def test_policy_invalid_rules_raise_value_error(fields: dict, message: str) -> None:
@@ -117,6 +129,17 @@ def test_policy_with_overrides_replaces_named_fields() -> None:
 def test_policy_with_overrides_rejects_unknown_fields() -> None:
     with pytest.raises(ValueError, match="unknown policy fields"):
         Policy().with_overrides({"max_attempts": 2, "retry_forever": True})
+
+
+def test_policy_with_overrides_rejects_a_non_object() -> None:
+    with pytest.raises(ValueError, match="must be an object of policy fields, not list"):
+        Policy().with_overrides([["max_attempts", 2]])  # type: ignore[arg-type]
+
+
+def test_policy_with_overrides_rejects_floor_above_the_kinds_cap() -> None:
+    # given a kind whose cap is 300 s, when only the floor is overridden past it
+    with pytest.raises(ValueError, match="backoff_floor 600 s is above backoff_cap 300.0 s"):
+        Policy().with_overrides({"backoff_floor": 600})
 
 
 def test_policy_with_overrides_rejects_inconsistent_result() -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import gc
+import logging
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -153,6 +157,28 @@ def test_run_kind_cancel_flag_from_soft_deadline_is_soft_timeout(
     assert report.error_type == "Cancelled"
 
 
+def test_run_kind_sets_cancel_flag_when_celery_soft_limit_ends_attempt(
+    attempt_context: Callable[..., Any],
+) -> None:
+    # given a kind whose helper thread waits on the flag, ended by Celery's own
+    # soft limit (SoftTimeLimitExceeded) before the supervisor flagged it
+    helper: list[threading.Thread] = []
+
+    def hang(payload: dict[str, Any], ctx: AttemptContext) -> Any:
+        thread = threading.Thread(target=ctx.cancel_event.wait, args=(30,), daemon=True)
+        thread.start()
+        helper.append(thread)
+        raise SoftTimeLimitExceeded()
+
+    # when the attempt ends
+    report = run_kind(FuncKind(hang), {}, attempt_context(), POLICY)
+
+    # then the flag is set, so the helper stops instead of outliving the attempt
+    assert report.outcome == AttemptOutcome.SOFT_TIMEOUT
+    helper[0].join(timeout=2)
+    assert not helper[0].is_alive()
+
+
 @pytest.mark.parametrize("result", [object(), {1, 2}, {"when": time}, b"bytes"])
 def test_run_kind_non_json_result_is_error_not_retryable(
     attempt_context: Callable[..., Any], result: Any
@@ -180,16 +206,22 @@ def test_run_kind_non_finite_float_result_is_error_not_retryable(
     assert report.retryable is False
 
 
-def test_run_kind_stops_watching_after_return(attempt_context: Callable[..., Any]) -> None:
+def test_run_kind_stops_watching_after_return(
+    attempt_context: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
     # given an attempt that ends well before its soft deadline
     ctx = attempt_context(soft_in=0.3)
 
     # when it has returned
-    report = run_kind(FuncKind(lambda p, c: "ok"), {}, ctx, POLICY)
+    with caplog.at_level(logging.INFO, logger="jobs.supervisor"):
+        report = run_kind(FuncKind(lambda p, c: "ok"), {}, ctx, POLICY)
+        time.sleep(0.8)  # past the deadline: the supervisor has nothing to poll for
 
-    # then its deadline passing later flags nothing
+    # then its deadline passing later flags nothing (the flag itself is set
+    # by the attempt's end, for the helper threads it started)
     assert report.outcome == AttemptOutcome.SUCCEEDED
-    assert not ctx.cancel_event.wait(0.8)
+    assert ctx.cancel_event.is_set()
+    assert not [r for r in caplog.records if "attempt flagged" in r.getMessage()]
 
 
 def test_run_kind_flag_ignoring_kind_is_aborted_as_soft_timeout(
@@ -246,7 +278,7 @@ def test_execute_attempt_success_records_result(job_factory: Callable[..., Any])
     job = job_factory(payload={"fail_times": 0, "sleep_seconds": 0})
 
     # when attempt 1 runs here
-    status = execute_attempt(job_id=str(job.id), attempt=1, hostname="unit@test")
+    status = execute_attempt(job_id=str(job.id), attempt=1, hostname="unit@test").status
 
     # then the job succeeded with the kind's result and one attempt row
     job.refresh_from_db()
@@ -260,10 +292,32 @@ def test_execute_attempt_success_records_result(job_factory: Callable[..., Any])
 
 
 @pytest.mark.django_db
+def test_execute_attempt_failure_frees_old_generation_garbage(
+    job_factory: Callable[..., Any],
+) -> None:
+    # given a garbage cycle that already reached the oldest generation
+    class Node:
+        pass
+
+    node = Node()
+    node.self = node  # type: ignore[attr-defined]
+    alive = weakref.ref(node)
+    gc.collect()  # survivors of a full collection live in the oldest generation
+    del node
+    job = job_factory(payload={"fail_times": 2, "sleep_seconds": 0})
+
+    # when a failed attempt runs here
+    execute_attempt(job_id=str(job.id), attempt=1, hostname="unit@test")
+
+    # then the collection after it freed the cycle (a young one would not)
+    assert alive() is None
+
+
+@pytest.mark.django_db
 def test_execute_attempt_planned_failure_goes_retrying(job_factory: Callable[..., Any]) -> None:
     job = job_factory(payload={"fail_times": 2, "sleep_seconds": 0})
 
-    status = execute_attempt(job_id=str(job.id), attempt=1, hostname="unit@test")
+    status = execute_attempt(job_id=str(job.id), attempt=1, hostname="unit@test").status
 
     job.refresh_from_db()
     assert status == "retrying"
@@ -275,5 +329,5 @@ def test_execute_attempt_planned_failure_goes_retrying(job_factory: Callable[...
 def test_execute_attempt_stale_delivery_runs_nothing(job_factory: Callable[..., Any]) -> None:
     job = job_factory()
 
-    assert execute_attempt(job_id=str(job.id), attempt=3, hostname="unit@test") is None
+    assert execute_attempt(job_id=str(job.id), attempt=3, hostname="unit@test").end is None
     assert not job.attempts.exists()

@@ -45,7 +45,7 @@ def test_attempt_finish_success_records_result(running_job: Job) -> None:
         attempt=1,
         report=AttemptReport(outcome=AttemptOutcome.SUCCEEDED, result={"n": 1}),
         rss_bytes=2000,
-    )
+    ).status
 
     running_job.refresh_from_db()
     assert status == JobStatus.SUCCEEDED
@@ -76,7 +76,7 @@ def test_attempt_finish_retryable_failure_goes_retrying_within_bounds(
         job_id=job.id,
         attempt=3,
         report=AttemptReport(outcome=outcome, error_type="X", error_message="boom"),
-    )
+    ).status
     after = timezone.now()
 
     # then the job waits for a retry within the policy's bounds for attempt 3
@@ -109,7 +109,7 @@ def test_attempt_finish_last_attempt_failing_is_dead_exhausted(
     job = job_factory(status=JobStatus.RUNNING, attempts_made=3, max_attempts=3)
     attempt_factory(job, number=3)
 
-    status = services.attempt_finish(job_id=job.id, attempt=3, report=_failed())
+    status = services.attempt_finish(job_id=job.id, attempt=3, report=_failed()).status
 
     job.refresh_from_db()
     assert status == JobStatus.DEAD
@@ -121,7 +121,7 @@ def test_attempt_finish_last_attempt_failing_is_dead_exhausted(
 def test_attempt_finish_permanent_error_is_dead_error(running_job: Job) -> None:
     status = services.attempt_finish(
         job_id=running_job.id, attempt=1, report=_failed(retryable=False)
-    )
+    ).status
 
     running_job.refresh_from_db()
     assert status == JobStatus.DEAD
@@ -146,7 +146,7 @@ def test_attempt_finish_twice_second_is_ignored(running_job: Job) -> None:
         job_id=running_job.id,
         attempt=1,
         report=AttemptReport(outcome=AttemptOutcome.SUCCEEDED, result=1),
-    )
+    ).status
 
     running_job.refresh_from_db()
     assert again is None
@@ -165,7 +165,7 @@ def test_attempt_finish_stale_attempt_number_is_ignored(
     # when attempt 1 reports success late
     status = services.attempt_finish(
         job_id=job.id, attempt=1, report=AttemptReport(outcome=AttemptOutcome.SUCCEEDED)
-    )
+    ).status
 
     # then the row is closed but the job follows attempt 2 only
     job.refresh_from_db()
@@ -176,7 +176,9 @@ def test_attempt_finish_stale_attempt_number_is_ignored(
 
 
 def test_attempt_finish_unknown_attempt_is_ignored(running_job: Job) -> None:
-    assert services.attempt_finish(job_id=running_job.id, attempt=9, report=_failed()) is None
+    assert (
+        services.attempt_finish(job_id=running_job.id, attempt=9, report=_failed()).status is None
+    )
 
 
 def test_attempt_finish_after_cancel_keeps_job_cancelled(running_job: Job) -> None:
@@ -188,7 +190,7 @@ def test_attempt_finish_after_cancel_keeps_job_cancelled(running_job: Job) -> No
         job_id=running_job.id,
         attempt=1,
         report=AttemptReport(outcome=AttemptOutcome.SUCCEEDED, result={"late": True}),
-    )
+    ).status
 
     # then the job stays cancelled without a result; the attempt row is closed
     running_job.refresh_from_db()
@@ -204,7 +206,7 @@ def test_attempt_interrupted_hard_timeout_goes_retrying(running_job: Job) -> Non
         attempt=1,
         outcome=AttemptOutcome.HARD_TIMEOUT,
         message="hard time limit exceeded",
-    )
+    ).status
 
     assert status == JobStatus.RETRYING
     assert running_job.attempts.get().outcome == AttemptOutcome.HARD_TIMEOUT
@@ -226,7 +228,7 @@ def test_attempt_lifecycle_fail_then_retry_then_succeed(job_factory: Callable[..
         job_id=job.id,
         attempt=2,
         report=AttemptReport(outcome=AttemptOutcome.SUCCEEDED, result="done"),
-    )
+    ).status
 
     # then the job succeeded after exactly two attempts
     job.refresh_from_db()

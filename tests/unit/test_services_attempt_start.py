@@ -261,7 +261,7 @@ def test_execute_attempt_redelivery_after_worker_loss_finishes_new_attempt(
     attempt_factory(job, number=1, worker_hostname=HOST, worker_pid=_dead_pid())
 
     # when the message for attempt 1 is redelivered and runs here
-    status = execute_attempt(job_id=str(job.id), attempt=1, hostname=HOST)
+    status = execute_attempt(job_id=str(job.id), attempt=1, hostname=HOST).status
 
     # then attempt 2 ran to completion and the job succeeded
     job.refresh_from_db()
@@ -274,13 +274,11 @@ def test_execute_attempt_redelivery_after_worker_loss_finishes_new_attempt(
 # the message was published for, not the job's current attempt, so after a
 # worker loss + redelivery the attempt that hit the hard limit is left open
 # until its lease expires and is then counted as another worker loss (towards
-# poison). Fix: in AttemptTask.on_failure, finish the job's current attempt.
+# poison). Fix: jobs.tasks.record_hard_time_limit finishes the job's current attempt.
 def test_hard_timeout_after_redelivery_records_the_running_attempt(
     job_factory: Callable[..., Any], attempt_factory: Callable[..., Any]
 ) -> None:
-    from celery.exceptions import TimeLimitExceeded
-
-    from jobs.tasks import run_attempt_task
+    from jobs.tasks import record_hard_time_limit
 
     # given the message for attempt 1 redelivered after a worker loss, now running attempt 2
     job = job_factory(
@@ -298,7 +296,7 @@ def test_hard_timeout_after_redelivery_records_the_running_attempt(
     attempt_factory(job, number=2, worker_hostname=HOST)
 
     # when the worker's main process reports that message hitting its hard limit
-    run_attempt_task.on_failure(TimeLimitExceeded(45), f"{job.id}:1", [str(job.id), 1], {}, None)
+    record_hard_time_limit(job_id=str(job.id), published_attempt=1, timeout=45)
 
     # then attempt 2 is recorded as a hard timeout and the retry policy applies
     job.refresh_from_db()

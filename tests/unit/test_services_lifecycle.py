@@ -11,8 +11,8 @@ import pytest
 import redis
 from django.utils import timezone
 
-from devstack.services import RedisServer
-from jobs import services
+from devstack.services import RedisServer, wait_for
+from jobs import broker, services
 from jobs.errors import InvalidTransition
 from jobs.models import AttemptOutcome, DeadReason, Job, JobStatus
 
@@ -121,9 +121,11 @@ def test_outbox_sweep_broker_outage_loses_nothing(
     finally:
         private_broker.start()
 
-    # then nothing was published, and the first sweep after recovery publishes it
+    # then nothing was published, and the first sweep after recovery (and after
+    # the broker backoff, JOBS_BROKER_BACKOFF_SECONDS) publishes it
     assert during == 0
     assert still_unpublished
+    wait_for(lambda: not broker.in_backoff(), timeout=10, what="the backoff over")
     after = services.outbox_sweep()
     job.refresh_from_db()
     assert after == 1
@@ -244,7 +246,7 @@ def test_job_cancel_missing_job_raises_does_not_exist() -> None:
 # --- requeue -----------------------------------------------------------------------
 
 
-def test_job_requeue_dead_job_gets_fresh_attempts(
+def test_job_requeue_exhausted_job_gets_one_more_attempt(
     job_factory: Callable[..., Any],
     broker_redis: redis.Redis,
     django_capture_on_commit_callbacks: Callable[..., Any],
@@ -263,10 +265,10 @@ def test_job_requeue_dead_job_gets_fresh_attempts(
     with django_capture_on_commit_callbacks(execute=True):
         services.job_requeue(job_id=job.id)
 
-    # then it is queued with the kind's attempts again, and published for attempt 6
+    # then it is queued with one more attempt (never double the budget), published for attempt 6
     job.refresh_from_db()
     assert job.status == JobStatus.QUEUED
-    assert job.max_attempts == 5 + 5
+    assert job.max_attempts == 6
     assert job.dead_reason == ""
     assert job.finished_at is None
     assert job.published_at is not None

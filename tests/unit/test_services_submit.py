@@ -60,6 +60,52 @@ def test_job_submit_bad_payload_names_the_field(kind: str, payload: Any, field: 
     assert not Job.objects.exists()
 
 
+def _nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("payload", "key", "field", "words"),
+    [
+        (
+            {"url": "http://127.0.0.1/x", "body": {"t": "\ud83d"}},
+            None,
+            "payload.body.t",
+            "surrogate",
+        ),
+        (
+            {"url": "http://127.0.0.1/x", "body": {"\udc00": 1}},
+            None,
+            "payload.body.\\udc00",
+            "surrogate",
+        ),
+        ({"url": "http://127.0.0.1/x", "body": [float("nan")]}, None, "payload.body.0", "finite"),
+        (
+            {"url": "http://127.0.0.1/x", "body": _nested(5_000)},
+            None,
+            "payload.body.0",
+            "levels deep",
+        ),
+        ({"url": "http://127.0.0.1/x"}, "k\ud800", "idempotency_key", "surrogate"),
+        ({"url": "http://127.0.0.1/x"}, "k\x00", "idempotency_key", "NUL"),
+    ],
+    ids=["surrogate-value", "surrogate-key", "nan", "5000-deep", "surrogate-in-key", "nul-in-key"],
+)
+def test_job_submit_unstorable_input_is_invalid_not_a_crash(
+    payload: Any, key: str | None, field: str, words: str
+) -> None:
+    # Callers other than the API (commands, the admin, code) get the same guard.
+    with pytest.raises(InvalidSubmission) as info:
+        services.job_submit(kind="webhook.deliver", payload=payload, idempotency_key=key)
+
+    assert list(info.value.errors) == [field]
+    assert words in info.value.errors[field][0]
+    assert not Job.objects.exists()
+
+
 def test_job_submit_unknown_queue_names_queue() -> None:
     with pytest.raises(InvalidSubmission) as info:
         _submit(queue="nope")

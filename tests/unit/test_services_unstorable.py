@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -63,7 +64,9 @@ def test_runner_records_an_unstorable_outcome_as_permanent_error(
         job_id=str(running_job.id),
         attempt=1,
         report=AttemptReport(outcome=AttemptOutcome.SUCCEEDED, result={"x": 1}),
-    )
+        rss=None,
+        hard_deadline=time.monotonic() + 60,
+    ).status
 
     # then the attempt is closed as a permanent error, not left running
     assert status == JobStatus.DEAD

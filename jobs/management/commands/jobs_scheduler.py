@@ -6,27 +6,50 @@ import signal
 import threading
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
+import observability
+from config.celery_app import app
+from config.startup import refuse_on_check_errors
+from jobs import db_deadline
 from jobs.scheduler import run_scheduler
 from observability import tracing
+from observability.exporter import start_scheduler_exporter
 from observability.multiproc import activate, role_dir
+from observability.worker_monitor import WorkerMonitor
 
 
 class Command(BaseCommand):
-    help = "Promote due retries to the broker and republish unpublished jobs."
+    help = (
+        "Promote due retries to the broker, republish unpublished jobs, and serve "
+        "/metrics with which workers are up."
+    )
+    # Checked in handle() instead, to refuse with one line (config.startup)
+    # rather than Django's multi-line report.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--interval", type=float, default=None, help="seconds between passes")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        # Its metrics are merged into the web's /metrics.
+        refuse_on_check_errors("scheduler")
         activate(role_dir("scheduler"), wipe_first=True)
-        tracing.setup(role="scheduler")
+        observability.start("scheduler")
+        # A silent database must not freeze the loop (jobs.db_deadline).
+        db_deadline.enable()
+        # The central view of which workers are up (a dead worker cannot say so).
+        monitor = WorkerMonitor(
+            app,
+            offline_after=settings.JOBS_WORKER_OFFLINE_AFTER,
+            forget_after=settings.JOBS_WORKER_FORGET_AFTER,
+        ).start()
+        start_scheduler_exporter(monitor)
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         try:
             run_scheduler(stop=stop, interval=options["interval"])
         finally:
+            monitor.stop()
             tracing.shutdown()

@@ -1,0 +1,47 @@
+"""SQL text shared by the attempt fast path's PostgreSQL and SQLite statements.
+
+jobs.services.attempt_sql writes the finish as one PostgreSQL statement,
+jobs.services.attempt_sql_sqlite as two SQLite statements; both set the same
+columns under the same condition, written once here. Parameters are named
+(`%(name)s`), as Django's raw queries take them.
+"""
+
+from __future__ import annotations
+
+from jobs.models import Attempt, Job
+
+JOB_TABLE = Job._meta.db_table
+ATTEMPT_TABLE = Attempt._meta.db_table
+
+
+def finish_job_set(result: str) -> str:
+    """The SET list of the finish's job UPDATE; `result` is the SQL for the result value
+    (a cast for PostgreSQL's jsonb, the bare parameter for SQLite's text)."""
+    return f"""status = %(status)s,
+    result = CASE WHEN %(succeeded)s THEN {result} ELSE result END,
+    finished_at = CASE WHEN %(terminal)s THEN %(now)s ELSE finished_at END,
+    dead_reason = CASE WHEN %(succeeded)s THEN dead_reason ELSE %(dead_reason)s END,
+    next_attempt_at = CASE WHEN %(retrying)s THEN %(next_attempt_at)s ELSE next_attempt_at END,
+    last_error = CASE WHEN %(succeeded)s THEN last_error ELSE %(last_error)s END,
+    lease_expires_at = NULL"""
+
+
+# The finish applies only while the job runs this attempt and the attempt is unfinished.
+FINISH_JOB_WHERE = f"""id = %(job_id)s
+    AND status = %(running)s
+    AND attempts_made = %(number)s
+    AND EXISTS (
+        SELECT 1 FROM {ATTEMPT_TABLE}
+        WHERE job_id = %(job_id)s AND number = %(number)s AND finished_at IS NULL
+    )"""
+
+FINISH_ATTEMPT_SET = """finished_at = %(now)s,
+    outcome = %(outcome)s,
+    trace_id = CASE WHEN %(trace_id)s <> '' THEN %(trace_id)s
+                    WHEN trace_id <> '' THEN trace_id
+                    ELSE %(parent_trace_id)s END,
+    error_type = %(error_type)s,
+    error_message = %(error_message)s,
+    traceback = %(traceback)s,
+    rss_after_bytes = %(rss)s,
+    retry_delay_seconds = CASE WHEN %(retrying)s THEN %(delay)s ELSE retry_delay_seconds END"""

@@ -1,0 +1,78 @@
+"""`python -m bench --quick` runs and prints numbers (not the targets: see docs/benchmarks.md).
+
+The default run covers P1 (PostgreSQL, stock tracked and defaults) and P2
+in about 30 s; the other benchmarks' quick sizes run under `pytest -m soak`
+(each starts several platforms, together a few minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import require_postgres
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+NUMBER = r"[0-9][0-9,]*(?:\.[0-9]+)?"
+
+
+def run_bench(*args: str, timeout: float) -> str:
+    require_postgres()
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--no-record", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc.stdout
+
+
+def median_of(out: str, bench: str, variant: str) -> float:
+    """The median column of the table row (bench, variant); fails when absent or not a number."""
+    match = re.search(
+        rf"^\| {re.escape(bench)} \| {re.escape(variant)} \| [^|]+ \| ({NUMBER}) \|", out, re.M
+    )
+    assert match, f"no row {bench} / {variant} in:\n{out[-3000:]}"
+    return float(match.group(1).replace(",", ""))
+
+
+@pytest.mark.timeout(120)
+def test_quick_p1_p2_print_numbers_and_verdicts() -> None:
+    out = run_bench("p1", "p2", "--db", "postgres", timeout=110)
+    for variant in ("platform-pg", "stock-tracked", "stock-defaults"):
+        assert median_of(out, "P1", variant) > 0
+    for variant in ("platform", "handwritten", "bare"):
+        assert median_of(out, "P2 rate", variant) > 0
+        assert median_of(out, "P2 p99", variant) > 0
+    assert re.search(r"^- (PASS|MISS)  P1 PostgreSQL vs stock tracked: " + NUMBER, out, re.M)
+    assert re.search(r"^- (PASS|MISS)  P2 p99 vs handwritten: " + NUMBER, out, re.M)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(900)
+def test_quick_everything_else_prints_numbers() -> None:
+    out = run_bench("storm", "p3", "p4", "p5", "memory", timeout=880)
+    assert median_of(out, "P1", "platform-storm") > 0
+    assert median_of(out, "P1", "stock-storm") > 0
+    assert median_of(out, "P3 worker RSS idle", "platform") > 0
+    assert median_of(out, "P3 fresh latency pending", "stock") > 0
+    assert median_of(out, "P4 worker /metrics", "after recycles") > 0
+    assert median_of(out, "P4 web /metrics", "after recycles") > 0
+    assert median_of(out, "P5 web p99", "platform loaded") > 0
+    assert median_of(out, "Memory idle RSS", "worker child") > 0
+    assert median_of(out, "Memory idle RSS", "stock child") > 0
+
+
+def test_bad_benchmark_name_is_one_readable_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "p9"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    assert "unknown benchmark p9" in proc.stderr

@@ -1,0 +1,1 @@
+"""Fixtures of the operations tests: Debian's tools, installed when missing (see tools.py)."""

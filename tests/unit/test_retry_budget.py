@@ -1,0 +1,232 @@
+"""The retry budget's window arithmetic (jobs.budget) against a real Redis (the private broker)."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from devstack.services import RedisServer, free_port
+from jobs import budget
+from jobs.budget import BudgetConfig
+
+W = 60.0
+# Start of a window, far from "now" so nothing else shares its keys.
+T0 = 1_000_000 * W
+
+
+@pytest.fixture
+def client(private_broker: RedisServer) -> redis.Redis:
+    return redis.Redis.from_url(private_broker.url)
+
+
+@pytest.fixture
+def config(client: redis.Redis) -> Iterator[BudgetConfig]:
+    """Defaults of the acceptance (60 s, 0.2, floor 3, 300 s), under a key prefix of its own."""
+    prefix = f"test:budget:{uuid.uuid4().hex}:"
+    yield BudgetConfig(window=W, ratio=0.2, floor=3, max_deferral=300.0, key_prefix=prefix)
+    for key in client.scan_iter(f"{prefix}*"):
+        client.delete(key)
+
+
+def _firsts(n: int, at: float, config: BudgetConfig, client: redis.Redis) -> None:
+    for _ in range(n):
+        assert budget.record_first("k", now=at, config=config, client=client)
+
+
+def test_budget_allows_ratio_times_first_attempts_plus_floor(
+    config: BudgetConfig, client: redis.Redis
+) -> None:
+    # given 50 first attempts in the window: 0.2 x 50 + 3 = 13 retries allowed
+    _firsts(50, T0 + 1, config, client)
+    answers = [
+        budget.reserve("k", now=T0 + 2, due=T0 + 10, config=config, client=client, spread=0.5)
+        for _ in range(14)
+    ]
+    # then 13 get their asked time, the 14th is deferred into the next window
+    assert [a.due for a in answers[:13]] == [T0 + 10] * 13
+    assert not any(a.deferred or a.fallback for a in answers[:13])
+    assert answers[0].limit == 13
+    assert answers[12].used == 12
+    late = answers[13]
+    assert late.granted
+    assert late.deferred
+    assert T0 + W <= late.due < T0 + 2 * W
+    # and the first refusal of the window is flagged once, for one log line
+    assert late.first_exhaustion
+    again = budget.reserve("k", now=T0 + 2, due=T0 + 10, config=config, client=client)
+    assert again.deferred
+    assert not again.first_exhaustion
+
+
+def test_budget_deferral_uses_the_floor_of_windows_ahead_then_refuses(
+    config: BudgetConfig, client: redis.Redis
+) -> None:
+    # given no first attempts at all: each window has the floor (3)
+    answers = [
+        budget.reserve("k", now=T0, due=T0 + 1, config=config, client=client, spread=0.0)
+        for _ in range(3 * 6 + 1)
+    ]
+    # then 3 per window for the asked window and the 5 windows within 300 s after it
+    windows = [int(a.due // W) - int(T0 // W) for a in answers if a.granted]
+    assert windows == [w for w in range(6) for _ in range(3)]
+    assert all(a.added_seconds <= config.max_deferral for a in answers if a.granted)
+    # and past the maximum deferral the budget refuses (the job goes dead "budget")
+    assert not answers[-1].granted
+
+
+def test_budget_counts_a_due_time_at_the_window_edge_in_both_windows(
+    config: BudgetConfig, client: redis.Redis
+) -> None:
+    # given a retry due 1 s before its window ends (within the 5 s guard)
+    edge = budget.reserve("k", now=T0, due=T0 + W - 1, config=config, client=client)
+    assert edge.granted
+    assert not edge.deferred
+    # then it took one of the 3 slots of both windows
+    counts = {i: int(client.hget(config.key("k", int(T0 // W) + i), "r") or 0) for i in (0, 1)}
+    assert counts == {0: 1, 1: 1}
+
+
+def test_budget_windows_are_per_kind_and_expire(config: BudgetConfig, client: redis.Redis) -> None:
+    _firsts(10, T0, config, client)
+    budget.reserve("k", now=T0, due=T0 + 1, config=config, client=client)
+    counts = budget.window_counts(["k", "other"], now=T0, config=config)
+    assert counts == {"k": (1, 0.2 * 10 + 3), "other": (0, 3.0)}
+    # the hashes are kept for the longest deferral plus two windows, then expire
+    assert config.ttl == int(300 + 2 * W) + 1
+    assert 0 < client.ttl(config.key("k", int(T0 // W))) <= config.ttl
+
+
+def test_budget_falls_back_when_redis_is_unreachable(config: BudgetConfig) -> None:
+    # given a Redis URL where nothing listens, with the budget's short timeouts
+    dead = budget._client(f"redis://127.0.0.1:{free_port()}/0", 0.25)
+    started = time.monotonic()
+    answer = budget.reserve("k", now=T0, due=T0 + 7, config=config, client=dead)
+    counted = budget.record_first("k", now=T0, config=config, client=dead)
+    # then the retry keeps its due time, says so, and nothing stalled
+    assert (answer.granted, answer.fallback, answer.due, answer.deferred) == (
+        True,
+        True,
+        T0 + 7,
+        False,
+    )
+    assert counted is False
+    assert time.monotonic() - started < 2.0
+
+
+def test_budget_decision_is_one_round_trip(config: BudgetConfig, client: redis.Redis) -> None:
+    # given a window holding 5,000 first attempts and many retries
+    key = config.key("k", int(T0 // W))
+    client.hset(key, mapping={"f": 5000, "r": 900})
+    budget.reserve("k", now=T0, due=T0 + 1, config=config, client=client)  # script loaded
+    client.config_resetstat()
+    budget.reserve("k", now=T0, due=T0 + 1, config=config, client=client)
+    stats = client.info("commandstats")
+    # then the decision sent one command, EVALSHA (the rest ran inside the script)
+    sent = {name: v["calls"] for name, v in stats.items() if name not in {"cmdstat_config"}}
+    assert sent.get("cmdstat_evalsha") == 1, sent
+
+
+# --- the one decision, through the services ---------------------------------------
+
+
+@pytest.mark.django_db
+def test_attempt_finish_over_budget_defers_then_dead_budget(
+    job_factory: Callable[..., Any],
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+    client: redis.Redis,
+) -> None:
+    from jobs import services
+    from jobs.models import AttemptOutcome, DeadReason, JobStatus
+    from jobs.services import AttemptReport
+
+    # given a budget of one retry per window (floor 1, ratio 0), at most one window of deferral
+    # (a window length where now is far from the window's end, so no retry falls in the
+    # guard that counts it in the next window too)
+    window = next(w for w in (3600.0, 3000.0, 2400.0) if (time.time() % w) / w < 0.8)
+    settings.JOBS_RETRY_BUDGET_RATIO = 0.0
+    settings.JOBS_RETRY_BUDGET_FLOOR = 1
+    settings.JOBS_RETRY_BUDGET_WINDOW = window
+    settings.JOBS_RETRY_BUDGET_MAX_DEFERRAL = window
+    jobs = [job_factory() for _ in range(3)]
+    failed = AttemptReport(
+        outcome=AttemptOutcome.ERROR, error_type="RetryableError", error_message="x"
+    )
+    # when three jobs start (first attempts counted on commit) and fail
+    with django_capture_on_commit_callbacks(execute=True):
+        for job in jobs:
+            services.attempt_start(
+                job_id=job.id, attempt=1, hostname="w@h", pid=os.getpid(), rss_bytes=None
+            )
+    ends = [services.attempt_finish(job_id=j.id, attempt=1, report=failed) for j in jobs]
+    # then the first keeps its backoff, the second waits for the next window,
+    # the third finds no slot within the maximum deferral and is dead "budget"
+    assert [e.status for e in ends] == [JobStatus.RETRYING, JobStatus.RETRYING, JobStatus.DEAD]
+    decisions = [e.decision for e in ends if e.decision is not None]
+    assert [d.budget_deferred for d in decisions] == [False, True, False]
+    assert decisions[1].delay_seconds > 0
+    assert decisions[2].dead_reason == DeadReason.BUDGET
+    # and the three first attempts were counted in the window
+    now = time.time()
+    key = f"{settings.JOBS_RETRY_BUDGET_KEY_PREFIX}{{{jobs[0].kind}}}:{int(now // window)}"
+    assert int(client.hget(key, "f") or 0) == 3
+
+
+@pytest.mark.django_db
+def test_a_retry_that_waited_into_a_full_window_is_held_at_its_start(
+    job_factory: Callable[..., Any],
+    attempt_factory: Callable[..., Any],
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs import services
+    from jobs.models import AttemptOutcome, JobStatus
+
+    # given one retry per 10 s window (ratio 0, floor 1), and two jobs whose retry was due
+    # 30 s ago (a window long gone: they waited in a busy queue)
+    settings.JOBS_RETRY_BUDGET_RATIO = 0.0
+    settings.JOBS_RETRY_BUDGET_FLOOR = 1
+    settings.JOBS_RETRY_BUDGET_WINDOW = 10.0
+    ended = timezone.now() - timedelta(seconds=31)
+    jobs = []
+    for _ in range(2):
+        job = job_factory(attempts_made=1)
+        attempt_factory(
+            job,
+            number=1,
+            outcome=AttemptOutcome.ERROR,
+            finished_at=ended,
+            retry_delay_seconds=1.0,
+        )
+        jobs.append(job)
+
+    # when both retries start now
+    with django_capture_on_commit_callbacks(execute=True):
+        started = [
+            services.attempt_start(
+                job_id=j.id, attempt=2, hostname="w@h", pid=os.getpid(), rss_bytes=None
+            )
+            for j in jobs
+        ]
+
+    # then the first is counted in this window and runs; the second finds it full and
+    # waits for the budget's next free slot (a later window), unrun
+    assert started[0] is not None
+    assert started[1] is None
+    for job in jobs:
+        job.refresh_from_db()
+    assert jobs[0].status == JobStatus.RUNNING
+    assert jobs[1].status == JobStatus.RETRYING
+    assert jobs[1].attempts_made == 1
+    window = int(timezone.now().timestamp() // 10)
+    assert int(jobs[1].next_attempt_at.timestamp() // 10) > window
