@@ -19,21 +19,22 @@ import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from devstack.debian import ensure_binary
-from devstack.services import free_port, stop_process, wait_for, wait_http_ready
+from devstack.loopback import LoopbackHTTPServer
+from devstack.services import free_port, start_daemon, stop_process, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_CONFIG = ROOT / "platform" / "alertmanager" / "alertmanager.yml"
 DEFAULT_WEBHOOK_URL = "http://127.0.0.1:9095/alerts"
 
 
-class AlertSink:
+class AlertSink(LoopbackHTTPServer):
     """HTTP server on 127.0.0.1:`port` (0: any free port) recording Alertmanager webhook posts.
 
     `notifications` holds each POSTed JSON body (Alertmanager's webhook
@@ -63,13 +64,7 @@ class AlertSink:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def port(self) -> int:
-        return self._server.server_address[1]
+        super().__init__(port, Handler)
 
     @property
     def url(self) -> str:
@@ -90,20 +85,6 @@ class AlertSink:
             return next((a for a in self.alerts(name) if a.get("status") == status), None)
 
         return wait_for(received, timeout=timeout, interval=0.2, what=f"notification {name}")
-
-    def start(self) -> AlertSink:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> AlertSink:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def describe(payload: dict[str, Any]) -> str:
@@ -180,36 +161,22 @@ class AlertmanagerServer:
             webhook_url=self.webhook_url, base=self.base_config, timings=self.timings
         )
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        with open(self.workdir / "alertmanager.log", "ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    binary,
-                    f"--config.file={config_path}",
-                    f"--storage.path={self.workdir / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                    # No gossip port: a single local instance.
-                    "--cluster.listen-address=",
-                    "--log.level=warn",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-
-        assert self.process is not None
-        try:
-            wait_http_ready(
-                self.process,
-                f"{self.url}/-/ready",
-                timeout=timeout,
-                what="alertmanager",
-                log=self.log,
-                error=RuntimeError,
-            )
-        except (TimeoutError, RuntimeError):
-            self.stop()
-            raise
+        self.process = start_daemon(
+            [
+                binary,
+                f"--config.file={config_path}",
+                f"--storage.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                # No gossip port: a single local instance.
+                "--cluster.listen-address=",
+                "--log.level=warn",
+            ],
+            log_path=self.workdir / "alertmanager.log",
+            ready_url=f"{self.url}/-/ready",
+            timeout=timeout,
+            what="alertmanager",
+            on_failure=self.stop,
+        )
         return self
 
     def stop(self, *, timeout: float = 10) -> None:

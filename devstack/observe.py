@@ -13,10 +13,7 @@ Ctrl-C (or SIGTERM) stops every process by pid, newest first.
 from __future__ import annotations
 
 import signal
-import subprocess
-import time
 from contextlib import ExitStack
-from types import FrameType
 
 from config.env import env
 from devstack.alertmanager import AlertmanagerServer, AlertSink
@@ -28,6 +25,9 @@ from devstack.demo import (
     private_redis,
     provision,
     say,
+    serve,
+    signal_as_interrupt,
+    watch,
 )
 from devstack.processes import ROOT, Stack
 from devstack.prometheus import SHIPPED_RULES, PrometheusServer
@@ -38,15 +38,11 @@ OBSERVE_DIR = ROOT / "var" / "observe"
 INTERVAL = "5s"
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def run_observe() -> int:
     """Start everything, print the URLs, wait for Ctrl-C; returns the exit code."""
     # SIGINT too: started in the background, a process inherits SIGINT ignored.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, signal_as_interrupt)
+    signal.signal(signal.SIGTERM, signal_as_interrupt)
     try:
         for binary in ("prometheus", "prometheus-alertmanager"):
             say(f"{binary}: {ensure_binary(binary)}")
@@ -64,87 +60,68 @@ def run_observe() -> int:
         "alertmanager": port_or_free(9093),
         "webhook": port_or_free(9095),
     }
-    with ExitStack() as cleanup:
-        try:
-            redis_url = cleanup.enter_context(
-                private_redis(env.str("REDIS_URL", default=DEFAULT_REDIS_URL))
-            )
-            stack = Stack(
-                env={
-                    "DJANGO_SETTINGS_MODULE": "config.settings.local",
-                    "REDIS_URL": redis_url,
-                    "CELERY_BROKER_URL": env.str("CELERY_BROKER_URL", default=redis_url),
-                    "FLOWER_BASIC_AUTH": flower_auth,
-                    "JOBS_WORKER_METRICS_PORT": str(ports["worker"]),
-                    "JOBS_SCHEDULER_METRICS_PORT": str(ports["scheduler"]),
-                },
-                logdir=OBSERVE_DIR / "logs",
-            )
-            cleanup.callback(stack.stop)
-            token = provision(stack, username=ADMIN_USERNAME, password=password)
-            stack.start_web(ports["web"])
-            stack.start_worker(concurrency=env.int("JOBS_WORKER_CONCURRENCY", default=2))
-            stack.start_scheduler()
-            stack.start("flower", "--address=127.0.0.1", f"--port={ports['flower']}")
-            sink = AlertSink(ports["webhook"], echo=True).start()
-            cleanup.callback(sink.stop)
-            alertmanager = AlertmanagerServer(webhook_url=sink.url, port=ports["alertmanager"])
-            cleanup.callback(alertmanager.stop)
-            alertmanager.start()
-            local = "127.0.0.1"
-            prometheus = PrometheusServer(
-                {
-                    "celery": [
-                        (f"{local}:{ports['web']}", {"component": "web"}),
-                        (f"{local}:{ports['worker']}", {"component": "worker"}),
-                        (f"{local}:{ports['scheduler']}", {"component": "scheduler"}),
-                    ],
-                    "flower": [(f"{local}:{ports['flower']}", {})],
-                },
-                rule_files=[SHIPPED_RULES],
-                scrape_interval=INTERVAL,
-                evaluation_interval=INTERVAL,
-                alertmanagers=[alertmanager.address],
-                port=ports["prometheus"],
-                workdir=OBSERVE_DIR / "prometheus",
-            )
-            cleanup.callback(prometheus.stop)
-            prometheus.start()
-            wait_for(
-                lambda: prometheus.query('up{job="celery", component="web"} == 1'),
-                timeout=60,
-                what="the first scrape",
-            )
-            print(
-                f"\nadmin:        http://{local}:{ports['web']}/admin/  "
-                f"(login {ADMIN_USERNAME} / {password})\n"
-                f"api:          http://{local}:{ports['web']}/api/jobs/  "
-                f"(header 'Authorization: Token {token}')\n"
-                f"flower:       http://{local}:{ports['flower']}/  (basic auth {flower_auth})\n"
-                f"prometheus:   {prometheus.url}/alerts  (rules: platform/prometheus/alerts.yml)\n"
-                f"alertmanager: {alertmanager.url}/  (notifications print here as [alert] lines)\n"
-                f"logs:         {stack.logdir.relative_to(ROOT)}/   Ctrl-C stops everything.\n",
-                flush=True,
-            )
-            while True:
-                for process in stack.processes:
-                    if not process.alive():
-                        say(f"{process.name} exited; see {process.log_path.relative_to(ROOT)}")
-                        return 1
-                for name, server in (("prometheus", prometheus), ("alertmanager", alertmanager)):
-                    if server.process is None or server.process.poll() is not None:
-                        say(f"{name} exited:\n{server.log()[-2000:]}")
-                        return 1
-                time.sleep(1)
-        except KeyboardInterrupt:
-            say("stopping everything")
-            return 0
-        except (subprocess.CalledProcessError, RuntimeError, TimeoutError, OSError) as exc:
-            detail = getattr(exc, "stderr", None) or ""
-            say(f"observe failed: {exc} {detail.strip()[-500:]}".rstrip())
-            return 1
-        finally:
-            # Stopping is bounded; a second Ctrl-C must not cut it short.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    return 1  # unreachable
+
+    def observe(cleanup: ExitStack) -> int:
+        redis_url = cleanup.enter_context(
+            private_redis(env.str("REDIS_URL", default=DEFAULT_REDIS_URL))
+        )
+        stack = Stack(
+            env={
+                "DJANGO_SETTINGS_MODULE": "config.settings.local",
+                "REDIS_URL": redis_url,
+                "CELERY_BROKER_URL": env.str("CELERY_BROKER_URL", default=redis_url),
+                "FLOWER_BASIC_AUTH": flower_auth,
+                "JOBS_WORKER_METRICS_PORT": str(ports["worker"]),
+                "JOBS_SCHEDULER_METRICS_PORT": str(ports["scheduler"]),
+            },
+            logdir=OBSERVE_DIR / "logs",
+        )
+        cleanup.callback(stack.stop)
+        token = provision(stack, username=ADMIN_USERNAME, password=password)
+        stack.start_web(ports["web"])
+        stack.start_worker(concurrency=env.int("JOBS_WORKER_CONCURRENCY", default=2))
+        stack.start_scheduler()
+        stack.start("flower", "--address=127.0.0.1", f"--port={ports['flower']}")
+        sink = AlertSink(ports["webhook"], echo=True).start()
+        cleanup.callback(sink.stop)
+        alertmanager = AlertmanagerServer(webhook_url=sink.url, port=ports["alertmanager"])
+        cleanup.callback(alertmanager.stop)
+        alertmanager.start()
+        local = "127.0.0.1"
+        prometheus = PrometheusServer(
+            {
+                "celery": [
+                    (f"{local}:{ports['web']}", {"component": "web"}),
+                    (f"{local}:{ports['worker']}", {"component": "worker"}),
+                    (f"{local}:{ports['scheduler']}", {"component": "scheduler"}),
+                ],
+                "flower": [(f"{local}:{ports['flower']}", {})],
+            },
+            rule_files=[SHIPPED_RULES],
+            scrape_interval=INTERVAL,
+            evaluation_interval=INTERVAL,
+            alertmanagers=[alertmanager.address],
+            port=ports["prometheus"],
+            workdir=OBSERVE_DIR / "prometheus",
+        )
+        cleanup.callback(prometheus.stop)
+        prometheus.start()
+        wait_for(
+            lambda: prometheus.query('up{job="celery", component="web"} == 1'),
+            timeout=60,
+            what="the first scrape",
+        )
+        print(
+            f"\nadmin:        http://{local}:{ports['web']}/admin/  "
+            f"(login {ADMIN_USERNAME} / {password})\n"
+            f"api:          http://{local}:{ports['web']}/api/jobs/  "
+            f"(header 'Authorization: Token {token}')\n"
+            f"flower:       http://{local}:{ports['flower']}/  (basic auth {flower_auth})\n"
+            f"prometheus:   {prometheus.url}/alerts  (rules: platform/prometheus/alerts.yml)\n"
+            f"alertmanager: {alertmanager.url}/  (notifications print here as [alert] lines)\n"
+            f"logs:         {stack.logdir.relative_to(ROOT)}/   Ctrl-C stops everything.\n",
+            flush=True,
+        )
+        return watch(stack, {"prometheus": prometheus, "alertmanager": alertmanager})
+
+    return serve("observe", observe)

@@ -43,7 +43,7 @@ from devstack.prometheus_config import (  # noqa: F401 - re-exported: one import
     render_config,
     write_rules,
 )
-from devstack.services import free_port, stop_process, wait_for, wait_http_ready
+from devstack.services import free_port, start_daemon, stop_process, wait_for
 
 
 class PrometheusError(RuntimeError):
@@ -114,34 +114,21 @@ class PrometheusServer:
         )
         config_path = self.workdir / "prometheus.yml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    binary,
-                    f"--config.file={config_path}",
-                    f"--storage.tsdb.path={self.workdir / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                    "--log.level=warn",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-
-        assert self.process is not None
-        try:
-            wait_http_ready(
-                self.process,
-                f"{self.url}/-/ready",
-                timeout=timeout,
-                what="prometheus",
-                log=self.log,
-                error=PrometheusError,
-            )
-        except (TimeoutError, PrometheusError):
-            self.stop()
-            raise
+        self.process = start_daemon(
+            [
+                binary,
+                f"--config.file={config_path}",
+                f"--storage.tsdb.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            log_path=self.log_path,
+            ready_url=f"{self.url}/-/ready",
+            timeout=timeout,
+            what="prometheus",
+            error=PrometheusError,
+            on_failure=self.stop,
+        )
         return self
 
     # -- HTTP API ---------------------------------------------------------------

@@ -20,8 +20,10 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
+
+from devstack.loopback import LoopbackHTTPServer
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ class Delivery:
     status: int
 
 
-class WebhookReceiver:
+class WebhookReceiver(LoopbackHTTPServer):
     """Threaded HTTP server on 127.0.0.1:`port` (0 = any free port).
 
     Use as a context manager or call start()/stop(). `deliveries` is the
@@ -77,13 +79,7 @@ class WebhookReceiver:
 
             do_GET = do_POST
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def port(self) -> int:
-        return self._server.server_address[1]
+        super().__init__(port, Handler)
 
     def url(self, path: str) -> str:
         """Absolute URL of `path` on this receiver."""
@@ -128,17 +124,3 @@ class WebhookReceiver:
         """Deliveries that carried X-Job-Id `job_id`, in arrival order."""
         with self._lock:
             return [d for d in self.deliveries if d.job_id == str(job_id)]
-
-    def start(self) -> WebhookReceiver:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> WebhookReceiver:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -84,6 +84,46 @@ def wait_http_ready(
     wait_for(ready, timeout=timeout, interval=0.1, what=f"{what} ready at {url}")
 
 
+def start_daemon(
+    argv: list[str],
+    *,
+    log_path: Path,
+    ready_url: str,
+    timeout: float,
+    what: str,
+    error: type[Exception] = RuntimeError,
+    on_failure: Callable[[], None] = lambda: None,
+) -> subprocess.Popen:
+    """Start `argv` in its own session, output appended to `log_path`; return once `ready_url` is 200.
+
+    When it exits early (`error`, with its log's end) or is not ready within
+    `timeout` seconds (TimeoutError), the process is stopped by pid, then
+    `on_failure()` runs (the caller's own cleanup), and the error is raised.
+    """
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        wait_http_ready(
+            process,
+            ready_url,
+            timeout=timeout,
+            what=what,
+            log=lambda: log_path.read_text(errors="replace"),
+            error=error,
+        )
+    except (TimeoutError, error):
+        stop_process(process)
+        on_failure()
+        raise
+    return process
+
+
 def redis_reachable(url: str) -> bool:
     """Whether a Redis server answers PING at `url`."""
     try:

@@ -52,17 +52,27 @@ def prepare_worker_dir(*, nodename: str) -> None:
     logger.info("worker metrics directory %s", directory)
 
 
-def worker_registry(*, hostname: str, max_memory_kb: int) -> CollectorRegistry:
-    """Registry of the worker's /metrics: children's files merged, plus pool state read at scrape."""
+def _register_process_series(registry: CollectorRegistry) -> None:
+    """Add this role's own series to `registry`.
+
+    With a multiprocess directory (observability.multiproc): every process's
+    files merged, dead processes' folded. Without one (tests, a single
+    process): the default registry's collectors as they are.
+    """
     directory = multiproc_dir()
-    registry = CollectorRegistry()
-    first, last = failed_series.collectors()
-    registry.register(first)
     if directory is not None:
         CompactingMultiProcessCollector(registry, directory)
     else:
         for collector in list(REGISTRY._collector_to_names):
             registry.register(collector)
+
+
+def worker_registry(*, hostname: str, max_memory_kb: int) -> CollectorRegistry:
+    """Registry of the worker's /metrics: children's files merged, plus pool state read at scrape."""
+    registry = CollectorRegistry()
+    first, last = failed_series.collectors()
+    registry.register(first)
+    _register_process_series(registry)
     registry.register(
         WorkerPoolCollector(hostname=hostname, max_memory_per_child_bytes=max_memory_kb * 1024)
     )
@@ -90,12 +100,7 @@ def start_worker_exporter(*, hostname: str, max_memory_kb: int) -> None:
 def scheduler_registry(monitor: WorkerMonitor) -> CollectorRegistry:
     """Registry of the scheduler's /metrics: its own counters plus the workers' up/active view."""
     registry = CollectorRegistry()
-    directory = multiproc_dir()
-    if directory is not None:
-        CompactingMultiProcessCollector(registry, directory)
-    else:
-        for collector in list(REGISTRY._collector_to_names):
-            registry.register(collector)
+    _register_process_series(registry)
     registry.register(WorkerUpCollector(monitor))
     return registry
 
@@ -124,12 +129,7 @@ def start_scheduler_exporter(monitor: WorkerMonitor) -> object | None:
 def web_registry() -> CollectorRegistry:
     """Registry of the web's /metrics: gunicorn workers' files, queue depth, the retry budget."""
     registry = CollectorRegistry()
-    directory = multiproc_dir()
-    if directory is not None:
-        CompactingMultiProcessCollector(registry, directory)
-    else:
-        for collector in list(REGISTRY._collector_to_names):
-            registry.register(collector)
+    _register_process_series(registry)
     registry.register(QueueDepthCollector())
     registry.register(RetryBudgetCollector())
     return registry
