@@ -8,8 +8,13 @@ directory at the end; the last scrape takes <= 1.2x the first + 50 ms."
 Every job runs in a fresh child, so 2,000 children each leave their
 multiprocess files behind; the worker's scrape-time compaction folds them
 into archive files (observability.multiproc). "First" and "last" scrape
-times are each the median of 5 scrapes: after 10 warm-up jobs (so every
-series exists) and after the 2,000th job. The figures are printed (-rP).
+times are each the fastest of 11 back-to-back scrapes: after 10 warm-up jobs
+(so every series exists) and after the 2,000th job. The fastest, not the
+median: on a shared 2-core machine one scrape of the same directory took
+66-196 ms within a second, and the median of 5 still moved 2x between runs
+(CI: first 98 ms, last 212 ms, with the same 11 files); noise only ever adds
+time, so the minimum is what the compaction and the files cost (the rule
+`timeit` uses). The medians are printed with the other figures (-rP).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from tests.integration.telemetry import covers, scrape
 JOBS = 2_000
 WARMUP = 10
 MAX_FILES = 50
-SAMPLES = 5
+SAMPLES = 11
 
 
 def _submit_many(platform: Platform, count: int) -> list[int]:
@@ -114,7 +119,7 @@ def test_two_thousand_recycled_children_keep_totals_exact_files_few_scrapes_fast
     assert set(_submit_many(platform, WARMUP)) == {202}
     wait_for(lambda: _succeeded(platform) == WARMUP, timeout=120, what="warm-up done")
     first_times = _scrape_times(url)
-    first = statistics.median(first_times)
+    first = min(first_times)
 
     # when the other 1,990 jobs run, while /metrics is scraped every second
     scraper = Scraper(url, directory)
@@ -144,7 +149,7 @@ def test_two_thousand_recycled_children_keep_totals_exact_files_few_scrapes_fast
         scraper.join(timeout=30)
     final = scrape(url)
     last_times = _scrape_times(url)
-    last = statistics.median(last_times)
+    last = min(last_times)
     files = sorted(p.name for p in directory.iterdir())
 
     readings = scraper.readings
@@ -156,8 +161,10 @@ def test_two_thousand_recycled_children_keep_totals_exact_files_few_scrapes_fast
         "scrape_errors": scraper.errors[:5],
         "first_scrape_ms": [round(t * 1000, 1) for t in first_times],
         "last_scrape_ms": [round(t * 1000, 1) for t in last_times],
-        "first_median_ms": round(first * 1000, 1),
-        "last_median_ms": round(last * 1000, 1),
+        "first_fastest_ms": round(first * 1000, 1),
+        "last_fastest_ms": round(last * 1000, 1),
+        "first_median_ms": round(statistics.median(first_times) * 1000, 1),
+        "last_median_ms": round(statistics.median(last_times) * 1000, 1),
         "limit_ms": round((1.2 * first + 0.05) * 1000, 1),
         "max_scrape_ms_during_run": round(max(s for _, _, s, _ in readings) * 1000, 1),
         "max_files_during_run": max(f for _, _, _, f in readings),
@@ -185,5 +192,5 @@ def test_two_thousand_recycled_children_keep_totals_exact_files_few_scrapes_fast
     assert final.total("jobs_completed_total") == jobs
     # and at most 50 files are left in the worker's metrics directory
     assert len(files) <= MAX_FILES, files
-    # and the last scrape takes at most 1.2x the first + 50 ms
+    # and the last scrape takes at most 1.2x the first + 50 ms (fastest of 11 each)
     assert last <= 1.2 * first + 0.05, figures
