@@ -45,8 +45,12 @@ def post_fork(server: Any, worker: Any) -> None:
 
 
 def worker_exit(server: Any, worker: Any) -> None:
+    from jobs.services.publish_stamps import flush_stamps
     from observability import tracing
 
+    # Stamps not written here are redone by the outbox sweep (a duplicate
+    # delivery, dropped unrun): cheaper to write them now.
+    flush_stamps()
     tracing.shutdown()
 
 

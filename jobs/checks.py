@@ -16,6 +16,9 @@ check (config.startup); `python manage.py check` lists them all.
 - jobs.E006: a JOBS_RETRY_BUDGET_* setting the budget cannot work with (a
   window or Redis timeout not above 0; a ratio, floor or maximum deferral
   below 0).
+- jobs.E007: JOBS_PUBLISH_STAMP_DELAY_SECONDS is outside 0..MAX_STAMP_DELAY:
+  a later stamp would leave published rows looking unpublished to the
+  outbox sweep (jobs.services.publish_stamps).
 - jobs.W001: JOBS_KIND_OVERRIDES names a kind that is not registered (a
   typo, or a fault kind while JOBS_FAULT_KINDS is off).
 """
@@ -31,6 +34,8 @@ from django.core.checks import CheckMessage, Error, Warning, register
 # serializers, json.dumps, the request fingerprint) spends a few frames per
 # level, and Python's recursion limit is 1000 frames.
 MAX_JSON_DEPTH = 200
+# Longest accepted batching delay of `published_at` stamps (seconds).
+MAX_STAMP_DELAY = 1.0
 
 
 @register()
@@ -170,3 +175,22 @@ def check_retry_budget(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
         or not isinstance(value, int | float)
         or (value <= 0 if positive else value < 0)
     ]
+
+
+@register()
+def check_publish_stamp_delay(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    """JOBS_PUBLISH_STAMP_DELAY_SECONDS is a number of seconds from 0 to MAX_STAMP_DELAY."""
+    delay = settings.JOBS_PUBLISH_STAMP_DELAY_SECONDS
+    if (
+        isinstance(delay, bool)
+        or not isinstance(delay, int | float)
+        or not 0 <= delay <= MAX_STAMP_DELAY
+    ):
+        return [
+            Error(
+                f"JOBS_PUBLISH_STAMP_DELAY_SECONDS is {delay!r}; it must be from 0 (stamp at once)"
+                f" to {MAX_STAMP_DELAY:g} seconds",
+                id="jobs.E007",
+            )
+        ]
+    return []

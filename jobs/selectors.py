@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import reduce
 from operator import or_
 from typing import Any
@@ -16,8 +17,9 @@ from django.db import connection
 from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 
-from jobs import broker
+from jobs import broker, clock
 from jobs.models import Attempt, Job, JobStatus
+from jobs.services.publish_stamps import stamp_grace_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -155,8 +157,13 @@ def queue_max_ready(*, queue: str) -> int:
     return settings.JOBS_QUEUE_MAX_READY_OVERRIDES.get(queue, settings.JOBS_QUEUE_MAX_READY)
 
 
-# Per process: queue -> (monotonic time read, outbox count). See queue_ready_count.
-_outbox_counts: dict[str, tuple[float, int]] = {}
+# Per process: (queue, broker reachable) -> (monotonic time read, outbox count).
+# See queue_ready_count.
+_outbox_counts: dict[tuple[str, bool], tuple[float, int]] = {}
+# Per process: queue -> [monotonic time read, ready messages read, submissions
+# admitted on that reading]. See queue_ready_count.
+_ready_readings: dict[str, list[float]] = {}
+_ready_lock = threading.Lock()
 
 
 def forget_outbox_count(queue: str | None = None) -> None:
@@ -167,43 +174,90 @@ def forget_outbox_count(queue: str | None = None) -> None:
     if queue is None:
         _outbox_counts.clear()
     else:
-        _outbox_counts.pop(queue, None)
+        _outbox_counts.pop((queue, True), None)
+        _outbox_counts.pop((queue, False), None)
 
 
-def _outbox_count(queue: str) -> int:
+def _outbox_count(queue: str, *, broker_reachable: bool = True) -> int:
     max_age = settings.JOBS_BACKPRESSURE_OUTBOX_CACHE_SECONDS
     now = time.monotonic()
-    cached = _outbox_counts.get(queue)
+    cached = _outbox_counts.get((queue, broker_reachable))
     if cached is not None and now - cached[0] < max_age:
         return cached[1]
-    count = Job.objects.filter(
+    unpublished = Job.objects.filter(
         queue=queue, status=JobStatus.QUEUED, published_at__isnull=True
-    ).count()
+    )
+    grace = stamp_grace_seconds()
+    if broker_reachable and grace > 0:
+        # Younger rows were published and wait for their batched stamp: the
+        # broker's count has them already (jobs.services.publish_stamps).
+        unpublished = unpublished.filter(enqueued_at__lte=clock.now() - timedelta(seconds=grace))
+    count = unpublished.count()
     if max_age > 0:
-        _outbox_counts[queue] = (now, count)
+        _outbox_counts[(queue, broker_reachable)] = (now, count)
     return count
 
 
-def queue_ready_count(*, queue: str) -> int:
+def _broker_ready(queue: str, limit: int | None) -> int:
+    """Ready messages of `queue`: read from the broker, or estimated while far below `limit`.
+
+    Raises redis.RedisError when the broker must be read and cannot be.
+    """
+    max_age = settings.JOBS_BACKPRESSURE_READY_CACHE_SECONDS
+    reuse = limit is not None and max_age > 0
+    now = time.monotonic()
+    if limit is not None and reuse:
+        with _ready_lock:
+            reading = _ready_readings.get(queue)
+            if reading is not None and now - reading[0] < max_age:
+                # The last reading plus every submission admitted on it since
+                # (as if none had been consumed): an overestimate, read again
+                # once it reaches half the limit.
+                estimate = int(reading[1] + reading[2])
+                if 2 * estimate < limit:
+                    reading[2] += 1
+                    return estimate
+    ready = broker.ready_counts([queue])[queue]
+    if reuse:
+        with _ready_lock:
+            _ready_readings[queue] = [now, ready, 1]
+    return ready
+
+
+def queue_ready_count(*, queue: str, limit: int | None = None) -> int:
     """Jobs waiting to be picked up on `queue`: ready broker messages (every
     priority sub-queue) plus queued rows not yet published (the outbox).
 
     When the broker is unreachable only the outbox is counted (and, for
-    JOBS_BROKER_BACKOFF_SECONDS after a failed read, it is not asked). The broker
-    part is read on every call (one pipelined Redis round trip), so the
-    limit is exact while the broker is up. The outbox part, a database
+    JOBS_BROKER_BACKOFF_SECONDS after a failed read, it is not asked).
+    Without `limit` the broker part is read on every call (one pipelined
+    Redis round trip). With it (a submission asking "is the queue full?"),
+    a reading is reused for JOBS_BACKPRESSURE_READY_CACHE_SECONDS (per
+    process) while it, plus the submissions admitted on it since, is below
+    half the limit; from half full on, every call reads the broker, so the
+    limit is exact while the broker is up. Staleness: other processes'
+    submissions within that time are not seen, so a queue can pass its limit
+    only if more than half the limit arrives from other processes within
+    JOBS_BACKPRESSURE_READY_CACHE_SECONDS of a reading. The outbox part, a database
     round trip, is near 0 while publishing works; it is reused for up to
     JOBS_BACKPRESSURE_OUTBOX_CACHE_SECONDS (seconds, per process; 0 reads it
     every time) and forgotten when a publish from this process fails. Its
     staleness: during a broker outage, rows other processes wrote to the
     outbox in the last JOBS_BACKPRESSURE_OUTBOX_CACHE_SECONDS are not
     counted yet, so a full queue can take that many more before answering 503.
+    While the broker answers, rows younger than
+    jobs.services.publish_stamps.stamp_grace_seconds() (1 s with batched
+    stamps; 0 without) are left out of the outbox part: published, their
+    stamp still on its way, they are in the broker's count already and
+    would count twice. Rows this process could not publish are counted at
+    once (a failed publish marks the broker unreachable here).
     """
-    outbox = _outbox_count(queue)
     if broker.recently_unreachable():
-        return outbox  # as when the read fails, without waiting for it to fail again
+        # As when the read fails, without waiting for it to fail again.
+        return _outbox_count(queue, broker_reachable=False)
+    outbox = _outbox_count(queue)
     try:
-        ready = broker.ready_counts([queue])[queue]
+        ready = _broker_ready(queue, limit)
         broker.mark_reachable()
     except Exception as exc:  # the broker or its client failing must not fail a submission
         broker.mark_unreachable()

@@ -21,6 +21,18 @@ JOBS_QUEUE_MAX_READY_OVERRIDES: dict[str, int] = {
 JOBS_BACKPRESSURE_OUTBOX_CACHE_SECONDS: float = env.float(
     "JOBS_BACKPRESSURE_OUTBOX_CACHE_SECONDS", default=1.0
 )
+# Seconds a web process gathers `published_at` stamps before its writer
+# thread commits them in one statement (jobs.services.publish_stamps); 0
+# writes each in the submitting request. 0..1 (jobs.E007).
+JOBS_PUBLISH_STAMP_DELAY_SECONDS: float = env.float(
+    "JOBS_PUBLISH_STAMP_DELAY_SECONDS", default=0.05
+)
+# Seconds one web process reuses its reading of a queue's ready messages while
+# that reading (plus what it admitted since) is below half the queue's limit
+# (jobs.selectors.queue_ready_count). 0: read the broker on every submission.
+JOBS_BACKPRESSURE_READY_CACHE_SECONDS: float = env.float(
+    "JOBS_BACKPRESSURE_READY_CACHE_SECONDS", default=0.5
+)
 # Seconds a client is told to wait when a queue is full.
 JOBS_BACKPRESSURE_RETRY_AFTER: int = env.int("JOBS_BACKPRESSURE_RETRY_AFTER", default=5)
 # Largest accepted request body (bytes) for POST /api/jobs/.

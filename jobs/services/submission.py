@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
-from django.db.models import Q, sql
+from django.db.models import sql
 from django.db.models.functions import Now
 from rest_framework.exceptions import ValidationError
 
@@ -22,6 +22,7 @@ from jobs.errors import IdempotencyConflict, InvalidSubmission, QueueFull
 from jobs.jsonsafe import json_problem
 from jobs.kinds import UnknownKind, get_kind, policy_for
 from jobs.models import Job, JobStatus
+from jobs.services.publish_stamps import defer_stamp, write_stamps
 from jobs.services.records import SubmitResult
 from observability import tracing
 
@@ -132,7 +133,7 @@ def job_submit(
             return _idempotent_match(existing, fingerprint)
 
     limit = selectors.queue_max_ready(queue=queue)
-    if selectors.queue_ready_count(queue=queue) >= limit:
+    if selectors.queue_ready_count(queue=queue, limit=limit) >= limit:
         raise QueueFull(
             f"queue {queue!r} holds its maximum of {limit} ready jobs",
             retry_after=settings.JOBS_BACKPRESSURE_RETRY_AFTER,
@@ -163,7 +164,7 @@ def job_submit(
                 stamped_at = _insert_returning_clock(job)
 
             def committed() -> None:
-                _publish(job, stamped_at=stamped_at)
+                _publish(job, stamped_at=stamped_at, deferred_stamp=True)
                 events.job_submitted.send(sender=Job, job=job)
 
             if in_caller_transaction:
@@ -252,9 +253,14 @@ def job_publish(*, job_id: uuid.UUID) -> bool:
     return _publish(job, stamped_at=job.stamped_at)
 
 
-def _publish(job: Job, *, stamped_at: datetime) -> bool:
+def _publish(job: Job, *, stamped_at: datetime, deferred_stamp: bool = False) -> bool:
     """job_publish once the job (queued; kind, queue, priority, attempts_made,
-    trace_parent loaded) and the database's time before the publish are known."""
+    trace_parent loaded) and the database's time before the publish are known.
+
+    `deferred_stamp`: `published_at` is written later by this process's
+    stamp writer (jobs.services.publish_stamps) when batching is on, so the
+    submitting request does not wait for it.
+    """
     from jobs.tasks import run_attempt_task
 
     attempt = job.attempts_made + 1
@@ -286,13 +292,11 @@ def _publish(job: Job, *, stamped_at: datetime) -> bool:
         selectors.forget_outbox_count(job.queue)
         return False
     broker.mark_reachable()
-    # Only stamp the attempt we published: a later attempt waiting for its own
-    # publish must keep published_at NULL so the sweep still sees it.
+    if deferred_stamp and settings.JOBS_PUBLISH_STAMP_DELAY_SECONDS > 0:
+        defer_stamp(job.id, attempt)
+        return True
     try:
-        Job.objects.filter(id=job.id, published_at__isnull=True).filter(
-            Q(status=JobStatus.QUEUED, attempts_made=attempt - 1)
-            | (Q(attempts_made=attempt) & ~Q(status=JobStatus.QUEUED))
-        ).update(published_at=Now())
+        write_stamps([(job.id, attempt)])
     except DatabaseError as exc:
         if not is_unavailable(exc):
             raise

@@ -22,6 +22,7 @@ import redis
 import requests
 
 from devstack.receiver import WebhookReceiver
+from devstack.services import wait_for
 from tests.integration.harness import HTTP_TIMEOUT, Platform
 
 CONCURRENT_POSTS = 20
@@ -98,6 +99,16 @@ def test_submit_past_queue_limit_gets_503_and_writes_nothing(
     assert broker.llen("default") == QUEUE_LIMIT
     count_before, rows_before = platform.job_count(), platform.row_count()
     assert (count_before, rows_before) == (QUEUE_LIMIT, QUEUE_LIMIT)
+    # and each row is stamped published by its web process's batched writer
+    # (jobs.services.publish_stamps), no earlier than it was enqueued
+    wait_for(
+        lambda: (
+            platform.scalar("SELECT count(*) FROM jobs_job WHERE published_at >= enqueued_at")
+            == QUEUE_LIMIT
+        ),
+        timeout=10,
+        what="10 published_at stamps",
+    )
 
     # when the 11th is submitted
     response = platform.post_job(submission)

@@ -61,6 +61,17 @@ def messages_of(client: redis.Redis, job_id: str) -> list[bytes]:
     ]
 
 
+def stamped_rows(platform: Platform, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """job_rows once every job's publish is stamped (the web writes stamps in batches,
+    jobs.services.publish_stamps, within JOBS_PUBLISH_STAMP_DELAY_SECONDS)."""
+
+    def stamped() -> dict[str, dict[str, Any]] | None:
+        rows = job_rows(platform, job_ids)
+        return rows if all(r["published_at"] is not None for r in rows.values()) else None
+
+    return wait_for(stamped, timeout=10, interval=0.05, what="published_at stamped")
+
+
 def lost_counted(platform: Platform) -> float:
     """jobs_messages_lost_total{kind="demo.flaky", queue="default"} on the scheduler's /metrics."""
     samples = scrape(platform.scheduler_metrics_url)
@@ -131,7 +142,7 @@ def test_message_removed_or_taken_by_a_dead_consumer_is_republished_and_counted(
         interval=0.05,
         what="both messages in the list",
     )
-    before = job_rows(platform, [removed, taken])
+    before = stamped_rows(platform, [removed, taken])
 
     # when one message is removed behind the platform's back (LREM) and the
     # other taken by a consumer that dies before recording it (BRPOP, no ack)
@@ -176,7 +187,7 @@ def test_flushed_broker_with_the_same_run_id_loses_no_queued_job(
     blocker = occupy_worker(platform)
     job_ids = [platform.submit("demo.flaky", {"fail_times": 0}) for _ in range(20)]
     wait_for(lambda: client.llen("default") == 20, timeout=30, interval=0.05, what="20 messages")
-    before = job_rows(platform, job_ids)
+    before = stamped_rows(platform, job_ids)
     run_id = client.info("server")["run_id"]
 
     # when the whole broker database is flushed (the Redis process lives on)
