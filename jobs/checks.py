@@ -35,7 +35,7 @@ from django.core.checks import CheckMessage, Error, Warning, register
 # level, and Python's recursion limit is 1000 frames.
 MAX_JSON_DEPTH = 200
 # Longest accepted batching delay of `published_at` stamps (seconds).
-MAX_STAMP_DELAY = 1.0
+MAX_STAMP_DELAY = 0.25
 
 
 @register()

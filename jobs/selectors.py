@@ -167,15 +167,23 @@ _ready_lock = threading.Lock()
 
 
 def forget_outbox_count(queue: str | None = None) -> None:
-    """Drop this process's cached outbox count of `queue` (all queues when None).
+    """Drop this process's cached outbox count and broker reading of `queue` (all when None).
 
-    Called when a publish failed here: the outbox grows while the broker is away.
+    Called when a publish or a broker read failed here: the outbox grows
+    while the broker is away.
     """
     if queue is None:
         _outbox_counts.clear()
     else:
         _outbox_counts.pop((queue, True), None)
         _outbox_counts.pop((queue, False), None)
+    # Nor may a reading of the broker taken before the failure stand in for
+    # the probe that tells when it is back.
+    with _ready_lock:
+        if queue is None:
+            _ready_readings.clear()
+        else:
+            _ready_readings.pop(queue, None)
 
 
 def _outbox_count(queue: str, *, broker_reachable: bool = True) -> int:
@@ -198,8 +206,9 @@ def _outbox_count(queue: str, *, broker_reachable: bool = True) -> int:
     return count
 
 
-def _broker_ready(queue: str, limit: int | None) -> int:
-    """Ready messages of `queue`: read from the broker, or estimated while far below `limit`.
+def _broker_ready(queue: str, limit: int | None) -> tuple[int, bool]:
+    """(ready messages of `queue`, whether the broker was read): read, or estimated while
+    far below `limit`.
 
     Raises redis.RedisError when the broker must be read and cannot be.
     """
@@ -216,12 +225,12 @@ def _broker_ready(queue: str, limit: int | None) -> int:
                 estimate = int(reading[1] + reading[2])
                 if 2 * estimate < limit:
                     reading[2] += 1
-                    return estimate
+                    return estimate, False
     ready = broker.ready_counts([queue])[queue]
     if reuse:
         with _ready_lock:
             _ready_readings[queue] = [now, ready, 1]
-    return ready
+    return ready, True
 
 
 def queue_ready_count(*, queue: str, limit: int | None = None) -> int:
@@ -234,11 +243,14 @@ def queue_ready_count(*, queue: str, limit: int | None = None) -> int:
     Redis round trip). With it (a submission asking "is the queue full?"),
     a reading is reused for JOBS_BACKPRESSURE_READY_CACHE_SECONDS (per
     process) while it, plus the submissions admitted on it since, is below
-    half the limit; from half full on, every call reads the broker, so the
-    limit is exact while the broker is up. Staleness: other processes'
-    submissions within that time are not seen, so a queue can pass its limit
-    only if more than half the limit arrives from other processes within
-    JOBS_BACKPRESSURE_READY_CACHE_SECONDS of a reading. The outbox part, a database
+    half the limit; from half full on, every call reads the broker. One
+    process alone therefore gets its 503 exactly at the limit. Staleness:
+    what other processes (web processes, the scheduler's publishes) add
+    within JOBS_BACKPRESSURE_READY_CACHE_SECONDS of a reading is not seen
+    by it, so with W web processes that all read a nearly empty queue at
+    the same moment the queue can reach W x limit / 2 before every one of
+    them reads it again (with the default 0.5 s, only when that many
+    submissions arrive within half a second). The outbox part, a database
     round trip, is near 0 while publishing works; it is reused for up to
     JOBS_BACKPRESSURE_OUTBOX_CACHE_SECONDS (seconds, per process; 0 reads it
     every time) and forgotten when a publish from this process fails. Its
@@ -255,17 +267,18 @@ def queue_ready_count(*, queue: str, limit: int | None = None) -> int:
     if broker.recently_unreachable():
         # As when the read fails, without waiting for it to fail again.
         return _outbox_count(queue, broker_reachable=False)
-    outbox = _outbox_count(queue)
     try:
-        ready = _broker_ready(queue, limit)
-        broker.mark_reachable()
+        ready, read = _broker_ready(queue, limit)
     except Exception as exc:  # the broker or its client failing must not fail a submission
         broker.mark_unreachable()
+        forget_outbox_count(queue)
         logger.warning(
             "broker unreadable while counting queue %s: %s: %s", queue, type(exc).__name__, exc
         )
-        ready = 0
-    return ready + outbox
+        return _outbox_count(queue, broker_reachable=False)
+    if read:
+        broker.mark_reachable()
+    return ready + _outbox_count(queue)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ JOBS_BACKPRESSURE_OUTBOX_CACHE_SECONDS: float = env.float(
 )
 # Seconds a web process gathers `published_at` stamps before its writer
 # thread commits them in one statement (jobs.services.publish_stamps); 0
-# writes each in the submitting request. 0..1 (jobs.E007).
+# writes each in the submitting request. 0..0.25 (jobs.E007).
 JOBS_PUBLISH_STAMP_DELAY_SECONDS: float = env.float(
     "JOBS_PUBLISH_STAMP_DELAY_SECONDS", default=0.05
 )

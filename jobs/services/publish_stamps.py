@@ -21,6 +21,13 @@ broker's count already (jobs.selectors.queue_ready_count).
 
 With JOBS_PUBLISH_STAMP_DELAY_SECONDS = 0 every stamp is written at once by
 the caller, on the caller's connection (the scheduler always does so).
+
+Known window: when Redis restarts without persistence while a stamp is
+pending, the scheduler's reopening of the outbox (jobs.services.sweeps.
+outbox_reopen, rows stamped before the restart) does not see that row,
+and the stamp then lands on a job whose message is gone. The lost-message
+check republishes it (two checks, ~22 s by default), as it does for any
+message the broker lost.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from functools import reduce
 from operator import or_
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, close_old_connections
 from django.db.models import Q
 from django.db.models.functions import Now
 
@@ -54,14 +61,20 @@ WRITE_RETRY_SECONDS = 2.0
 EXIT_FLUSH_SECONDS = 2.0
 
 
+# Seconds after its submission within which a row may still wait for its
+# batched stamp: four of the longest delay jobs.E007 allows.
+STAMP_GRACE_SECONDS = 1.0
+
+
 def stamp_grace_seconds() -> float:
     """Seconds after its submission within which a row may still be waiting for its stamp.
 
-    0 when stamps are written at once; otherwise at least a second and ten
-    batch delays, so a writer slowed by a busy database is still inside it.
+    0 when stamps are written at once, else STAMP_GRACE_SECONDS (a stamp
+    is written within JOBS_PUBLISH_STAMP_DELAY_SECONDS, at most 0.25 s, plus
+    one UPDATE; a writer that falls further behind only makes the outbox
+    count larger, which refuses early rather than late).
     """
-    delay = settings.JOBS_PUBLISH_STAMP_DELAY_SECONDS
-    return 0.0 if delay <= 0 else max(1.0, 10 * delay)
+    return STAMP_GRACE_SECONDS if settings.JOBS_PUBLISH_STAMP_DELAY_SECONDS > 0 else 0.0
 
 
 def write_stamps(stamps: Iterable[tuple[uuid.UUID, int]]) -> int:
@@ -95,22 +108,33 @@ def write_stamps(stamps: Iterable[tuple[uuid.UUID, int]]) -> int:
 class StampWriter:
     """One process's pending stamps and the daemon thread that writes them.
 
-    `add` never blocks on the database and never raises. The thread starts
-    on the first `add` (again in a forked child, whose copy of a parent's
-    thread does not run) and writes what has gathered `delay` seconds after
-    the first pending stamp, up to MAX_BATCH per statement.
+    `add` never blocks on the database. The thread starts on the first
+    `add` (again in a forked child, whose copy of a parent's thread does
+    not run) and writes what has gathered `delay` seconds after the first
+    pending stamp, up to MAX_BATCH per statement; while MAX_BATCH or more
+    are pending it writes without waiting, so it keeps up with any rate
+    the database can take.
     """
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        # Also the forked child's fresh start: a lock another thread held at
+        # the fork would never be released there, and the parent's pending
+        # stamps are the parent's to write.
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._pending: list[tuple[uuid.UUID, int]] = []
         self._writing = 0
-        self._pid = 0
         self._thread: threading.Thread | None = None
 
     def add(self, job_id: uuid.UUID, attempt: int) -> None:
-        """Queue the stamp of `attempt` of job `job_id` for the writer thread."""
+        """Queue the stamp of `attempt` of job `job_id` for the writer thread.
+
+        Raises RuntimeError when the thread cannot be started (the stamp is
+        then not queued; the caller writes it itself).
+        """
         with self._lock:
             self._ensure_thread()
             self._pending.append((job_id, attempt))
@@ -134,23 +158,21 @@ class StampWriter:
             return self._wake.wait_for(lambda: not self._pending and not self._writing, timeout)
 
     def _ensure_thread(self) -> None:
-        if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
+        if self._thread is not None and self._thread.is_alive():
             return
-        if self._pid != os.getpid():
-            # A forked child: the parent's stamps are the parent's to write.
-            self._pending.clear()
-            self._writing = 0
-        self._pid = os.getpid()
-        self._thread = threading.Thread(target=self._run, name="jobs-publish-stamps", daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=self._run, name="jobs-publish-stamps", daemon=True)
+        thread.start()
+        self._thread = thread
 
     def _run(self) -> None:
         while True:
             with self._lock:
                 self._wake.wait_for(lambda: bool(self._pending))
-            # Let a batch gather; an exiting process's flush cuts the wait short.
+            # Let a batch gather, unless a full one is waiting already; an
+            # exiting process's flush cuts the wait short.
             with self._lock:
-                self._wake.wait(settings.JOBS_PUBLISH_STAMP_DELAY_SECONDS)
+                if len(self._pending) < MAX_BATCH:
+                    self._wake.wait(settings.JOBS_PUBLISH_STAMP_DELAY_SECONDS)
                 batch = self._pending[:MAX_BATCH]
                 del self._pending[:MAX_BATCH]
                 self._writing = len(batch)
@@ -163,6 +185,9 @@ class StampWriter:
 
     def _write(self, batch: list[tuple[uuid.UUID, int]]) -> None:
         try:
+            # As Django does around each request: a connection past
+            # CONN_MAX_AGE or found unusable is closed, the next query opens one.
+            close_old_connections()
             run_with_reconnect(
                 lambda _try: write_stamps(batch),
                 what=f"stamping {len(batch)} published jobs",
@@ -181,14 +206,16 @@ class StampWriter:
 
 
 _writer = StampWriter()
+os.register_at_fork(after_in_child=_writer._reset)
 
 
 def defer_stamp(job_id: uuid.UUID, attempt: int) -> None:
     """Have this process's writer thread stamp `attempt` of job `job_id` as published.
 
-    Returns at once and never raises; the stamp is committed within about
+    Returns at once; the stamp is committed within about
     JOBS_PUBLISH_STAMP_DELAY_SECONDS (callers write at once with
-    `write_stamps` when that is 0).
+    `write_stamps` when that is 0). Raises RuntimeError when no thread
+    could be started; the stamp is then not queued.
     """
     _writer.add(job_id, attempt)
 

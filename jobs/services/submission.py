@@ -293,8 +293,11 @@ def _publish(job: Job, *, stamped_at: datetime, deferred_stamp: bool = False) ->
         return False
     broker.mark_reachable()
     if deferred_stamp and settings.JOBS_PUBLISH_STAMP_DELAY_SECONDS > 0:
-        defer_stamp(job.id, attempt)
-        return True
+        try:
+            defer_stamp(job.id, attempt)
+            return True
+        except RuntimeError as exc:  # no writer thread could start: stamp it here
+            logger.warning("stamping in the request job_id=%s: %s", job.id, exc)
     try:
         write_stamps([(job.id, attempt)])
     except DatabaseError as exc:

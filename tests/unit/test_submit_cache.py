@@ -90,3 +90,19 @@ def test_ready_count_without_a_limit_or_cache_age_reads_the_broker_every_time(
     assert selectors.queue_ready_count(queue="default", limit=100) == 1
     broker_redis.rpush("default", "b")
     assert selectors.queue_ready_count(queue="default", limit=100) == 2
+
+
+def test_ready_reading_forgotten_after_a_failure_so_the_next_count_reads_the_broker(
+    settings: Any, broker_redis: redis.Redis
+) -> None:
+    # given a reading of an empty queue, reused for a minute
+    settings.JOBS_BACKPRESSURE_READY_CACHE_SECONDS = 60
+    assert selectors.queue_ready_count(queue="default", limit=100) == 0
+    broker_redis.rpush("default", "a", "b", "c")
+    assert selectors.queue_ready_count(queue="default", limit=100) == 1
+
+    # when a publish or a read of this process failed (it forgets what it counted)
+    selectors.forget_outbox_count("default")
+
+    # then the next count reads the broker again
+    assert selectors.queue_ready_count(queue="default", limit=100) == 3
