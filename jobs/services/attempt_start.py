@@ -200,6 +200,11 @@ def _held_by_retry_budget(job: Job, number: int, *, now: datetime) -> bool:
         job.status = JobStatus.RETRYING
         job.next_attempt_at = datetime.fromtimestamp(slot.due, tz=UTC)
         job.save(update_fields=["status", "next_attempt_at"])
+        # The retry now waits until the slot it was counted in: its start
+        # there must be judged against that slot, not the due time it was
+        # first given (else it is counted again at each start, each time
+        # with a fresh maximum deferral, and held for ever).
+        previous.update(retry_delay_seconds=slot.due - row.finished_at.timestamp())
         logger.info(
             "retry held by the retry budget job_id=%s kind=%s attempt=%s next_attempt_at=%s",
             job.id,

@@ -230,3 +230,9 @@ def test_a_retry_that_waited_into_a_full_window_is_held_at_its_start(
     assert jobs[1].attempts_made == 1
     window = int(timezone.now().timestamp() // 10)
     assert int(jobs[1].next_attempt_at.timestamp() // 10) > window
+    # and its retry delay now ends at that slot, so its start there is the one
+    # counted (no second count, no new deferral: it runs)
+    previous = jobs[1].attempts.get(number=1)
+    slot = previous.finished_at.timestamp() + previous.retry_delay_seconds
+    assert slot == pytest.approx(jobs[1].next_attempt_at.timestamp(), abs=0.001)
+    assert budget.admit(jobs[1].kind, due=slot, now=slot) is None
