@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 from bench import record  # noqa: E402
 from bench.figures import Report  # noqa: E402
 from bench.rig import Options  # noqa: E402
-from devstack.services import POSTGRES_DEFAULT_URL, RedisServer, ensure_postgres  # noqa: E402
+from devstack.postgres import POSTGRES_DEFAULT_URL, ensure_postgres  # noqa: E402
+from devstack.services import RedisServer  # noqa: E402
 
 ALL = ("p1", "storm", "p2", "p3", "p4", "p5", "memory")
 

@@ -31,13 +31,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from devstack.services import (  # noqa: E402
+from devstack.postgres import (  # noqa: E402
     POSTGRES_DEFAULT_URL,
-    RedisServer,
     create_database,
     drop_database,
     ensure_postgres,
 )
+from devstack.services import RedisServer  # noqa: E402
 
 TARGET_MS = 500
 TARGET_QUERIES = 15

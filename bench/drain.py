@@ -28,14 +28,9 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.rig import TOKEN_SCRIPT  # noqa: E402
+from devstack.postgres import create_database, drop_database  # noqa: E402
 from devstack.processes import Stack  # noqa: E402
-from devstack.services import (  # noqa: E402
-    RedisServer,
-    create_database,
-    drop_database,
-    free_port,
-    wait_for,
-)
+from devstack.services import RedisServer, free_port, wait_for  # noqa: E402
 
 
 def one_run(*, jobs: int, concurrency: int, fail: bool, logdir: Path) -> tuple[float, int]:

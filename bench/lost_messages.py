@@ -29,13 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from devstack.services import (  # noqa: E402
-    RedisServer,
-    create_database,
-    drop_database,
-    ensure_postgres,
-    free_port,
-)
+from devstack.postgres import create_database, drop_database, ensure_postgres  # noqa: E402
+from devstack.services import RedisServer, free_port  # noqa: E402
 
 HELD = 8
 VANISHED = 8

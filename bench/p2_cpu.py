@@ -22,7 +22,8 @@ from bench.http_load import http_load
 from bench.p2_enqueue import BODY, PATHS
 from bench.processes import children
 from bench.rig import Options, Rig
-from devstack.services import POSTGRES_DEFAULT_URL, RedisServer
+from devstack.postgres import POSTGRES_DEFAULT_URL
+from devstack.services import RedisServer
 
 
 def _cpu_seconds(processes: list[psutil.Process]) -> float:

@@ -28,8 +28,9 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from devstack.postgres import create_database, drop_database  # noqa: E402
 from devstack.processes import Stack  # noqa: E402
-from devstack.services import RedisServer, create_database, drop_database, free_port, wait_for  # noqa: E402
+from devstack.services import RedisServer, free_port, wait_for  # noqa: E402
 from observability.memory import tree_rss_bytes  # noqa: E402
 
 MIB = 1024 * 1024

@@ -18,14 +18,9 @@ import psycopg
 import redis
 
 from bench.http_load import LoadResult, http_load
+from devstack.postgres import create_database, drop_database
 from devstack.processes import Process, Stack
-from devstack.services import (
-    RedisServer,
-    create_database,
-    drop_database,
-    free_port,
-    wait_for,
-)
+from devstack.services import RedisServer, free_port, wait_for
 
 TOKEN_SCRIPT = (
     "from django.contrib.auth.models import User; from rest_framework.authtoken.models import "

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from config.env import env
+from devstack.postgres import create_database, drop_database, ensure_postgres
 from devstack.processes import ROOT, Process, Stack
-from devstack.services import create_database, drop_database, ensure_postgres
 
 from .model import STORM_DIR, StormConfig
 from .probes import Counts, PlatformProbe, StockProbe
@@ -159,7 +159,7 @@ def fresh_database(say: Callable[[str], None]) -> Iterator[str]:
     """A fresh PostgreSQL database, dropped afterwards, else a fresh SQLite file.
 
     The server is the configured one (DATABASE_URL) when it is PostgreSQL,
-    else 127.0.0.1:5432 or the embedded one (devstack.services.ensure_postgres).
+    else 127.0.0.1:5432 or the embedded one (devstack.postgres.ensure_postgres).
     SQLite is the last resort: under a storm of 1 s timeouts its single
     writer makes attempts wait for locks past their limits.
     """

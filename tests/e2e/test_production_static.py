@@ -26,8 +26,9 @@ from urllib.parse import urljoin
 import pytest
 import requests
 
+from devstack.postgres import create_database, drop_database
 from devstack.processes import ROOT, Stack
-from devstack.services import create_database, drop_database, free_port
+from devstack.services import free_port
 from tests.integration.harness import require_postgres
 
 ARTEFACTS = ROOT / "var" / "artefacts" / "production_static"

@@ -28,17 +28,15 @@ import pytest
 import requests
 
 from config.env import env
-from devstack.processes import Process, Stack
-from devstack.services import (
+from devstack.postgres import (
     POSTGRES_DEFAULT_URL,
-    RedisServer,
     create_database,
     drop_database,
     ensure_postgres,
-    free_port,
     postgres_reachable,
-    wait_for,
 )
+from devstack.processes import Process, Stack
+from devstack.services import RedisServer, free_port, wait_for
 
 # Policy overrides of the shared platform: demo.flaky retries quickly, so the
 # retry tests take seconds. Tests read these numbers back from here.

@@ -2,7 +2,7 @@
 
 Issue 8, the kind "every database use in every process survives a dropped
 connection", with the whole server gone rather than one connection: a
-private PostgreSQL (devstack.services.PostgresServer, on a spare port) is
+private PostgreSQL (devstack.postgres.PostgresServer, on a spare port) is
 stopped the way a crash or a failover stops it (`immediate`: no shutdown
 checkpoint) while four clients POST jobs, each with an Idempotency-Key of
 its own, and started again a few seconds later.
@@ -35,7 +35,8 @@ import psycopg
 import pytest
 import requests
 
-from devstack.services import PostgresServer, postgres_reachable, wait_for
+from devstack.postgres import PostgresServer, postgres_reachable
+from devstack.services import wait_for
 from tests.integration.harness import HTTP_TIMEOUT, Platform, require_postgres
 from tests.integration.test_faults_database import terminate_backends
 
