@@ -307,6 +307,33 @@ def window_counts(
     }
 
 
+# How far inside the bounds admitted_due_range keeps its answer: the database
+# compares its own epoch arithmetic (microseconds on PostgreSQL, milliseconds
+# on SQLite) with these floats.
+ADMITTED_MARGIN_SECONDS = 0.01
+
+
+def admitted_due_range(now: float, config: BudgetConfig | None = None) -> tuple[float, float]:
+    """The due times (epoch seconds, inclusive) of retries that `admit` lets start at `now` unasked.
+
+    `admit` returns None (counted where it starts, no round trip) exactly
+    when `due` lies in (k·W − guard, (k + 1)·W), k = ⌊now / W⌋, W the window
+    and guard = W · GUARD_FRACTION: the due time is in now's window, or in
+    the previous window's last `guard` seconds (counted in both). The range
+    returned is that interval narrowed by ADMITTED_MARGIN_SECONDS at each
+    end, so a due time inside it is one `admit` would pass; one outside it
+    must go through `admit`. Used by the attempt fast path
+    (jobs.services.attempt_sql) to start such retries in one statement.
+    """
+    config = config or BudgetConfig.from_settings()
+    start = int(now // config.window) * config.window
+    guard = config.window * GUARD_FRACTION
+    return (
+        start - guard + ADMITTED_MARGIN_SECONDS,
+        start + config.window - ADMITTED_MARGIN_SECONDS,
+    )
+
+
 def admit(
     kind: str,
     *,

@@ -103,16 +103,7 @@ def execute_attempt(*, job_id: str, attempt: int, hostname: str) -> AttemptRun:
         if report.outcome == AttemptOutcome.MEMORY_LIMIT:
             report = replace(report, error_message=f"{report_note}: {report.error_message}")
         if report.outcome != AttemptOutcome.SUCCEEDED:
-            # A failed attempt leaves exception-info cycles (~155 KB measured on
-            # Celery 5.7); run_kind broke the attempt's own, but some become
-            # garbage only later (Celery's own exception info) and reach the
-            # oldest generation, which a young collection never frees:
-            # `manage.py jobs_storm` measured 38 MB of worker growth over 120
-            # timed-out attempts with gc.collect(1), 1.5 MB with a full one.
-            # After freeze_inherited_objects() a full collection scans only
-            # what this child made since its fork (~0 ms, against 30-40 ms
-            # idle and 100+ ms under load for the ~106,000 inherited objects).
-            gc.collect()
+            collect_after_failure(report.outcome)
         report = replace(report, trace_id=tracing.trace_id_of(span))
         rss_after = rss_bytes()
         end = _finish(
@@ -157,6 +148,34 @@ def _record_memory_limit(ctx: AttemptContext, report: AttemptReport) -> None:
         rss=rss_bytes(),
         hard_deadline=ctx.hard_deadline,
     )
+
+
+# Failed attempts (plain errors) between two full collections in a child.
+FULL_COLLECTION_EVERY = 8
+_failures_since_collection = [0]
+
+
+def collect_after_failure(outcome: str) -> None:
+    """Run a full garbage collection after a failed attempt, every FULL_COLLECTION_EVERY errors.
+
+    A failed attempt leaves exception-info cycles (~155 KB measured on
+    Celery 5.7); run_kind broke the attempt's own, but some become garbage
+    only later (Celery's own exception info) and reach the oldest
+    generation, which a young collection never frees: `manage.py
+    jobs_storm` measured 38 MB of worker growth over 120 timed-out attempts
+    with gc.collect(1), 1.5 MB with a full one. After
+    freeze_inherited_objects() a full collection scans only what this child
+    made since its fork, but in a retry storm one after every error was
+    still 8.5% of a child's CPU (py-spy, `python -m bench storm
+    --profile-storm`): it now runs after every FULL_COLLECTION_EVERY-th
+    error (at most ~1.2 MB of such garbage waits), and at once after a
+    timeout or a memory limit, whose interrupted frames may hold more.
+    """
+    _failures_since_collection[0] += 1
+    if outcome == AttemptOutcome.ERROR and _failures_since_collection[0] < FULL_COLLECTION_EVERY:
+        return
+    _failures_since_collection[0] = 0
+    gc.collect()
 
 
 def freeze_inherited_objects() -> None:

@@ -36,7 +36,7 @@ from jobs.services.records import (
     StartedAttempt,
     SubmitResult,
 )
-from jobs.services.submission import job_publish, job_submit, request_fingerprint
+from jobs.services.submission import job_publish, job_submit, jobs_publish, request_fingerprint
 from jobs.services.sweeps import leases_expire, outbox_reopen, outbox_sweep, retries_promote_due
 from jobs.services.worker_loss import attempt_worker_lost
 
@@ -50,6 +50,7 @@ __all__ = [
     "SuspectReason",
     "SubmitResult",
     "job_publish",
+    "jobs_publish",
     "job_submit",
     "request_fingerprint",
     "attempt_finish",

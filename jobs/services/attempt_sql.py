@@ -48,6 +48,7 @@ from jobs.services.attempt_sql_clauses import (
     FINISH_JOB_WHERE,
     JOB_TABLE,
     finish_job_set,
+    retry_counted_where,
 )
 from jobs.services.records import AttemptReport, without_nul
 
@@ -115,6 +116,7 @@ WITH j AS (
       AND status = %(queued)s
       AND attempts_made = %(number)s - 1
       AND %(leases)s::jsonb ? kind
+      AND {retry_counted_where("extract(epoch FROM p.finished_at)::float8")}
     RETURNING {JOB_TABLE}.*
 ), a AS (
     INSERT INTO {ATTEMPT_TABLE} (
@@ -139,15 +141,19 @@ def start(
     pid: int,
     rss_bytes: int | None,
     now: datetime,
+    due_range: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[Job, Attempt] | None:
     """Start attempt `number` of a queued job whose previous attempts are `number - 1`.
 
     Counts the delivery, sets the job running with its lease (the kind's
     hard time limit + JOBS_LEASE_GRACE from `now`) and inserts the Attempt
-    row, in one statement. Returns the job (after the change) and the new
-    attempt, or None when the job is not in that state (nothing written).
-    Raises the database's errors.
+    row, in one statement. A retry (`number` > 1) starts only if its due
+    time lies in `due_range` (epoch seconds, inclusive: where the retry
+    budget counted it, jobs.budget.admitted_due_range). Returns the job
+    (after the change) and the new attempt, or None when the job is not in
+    that state (nothing written). Raises the database's errors.
     """
+    due_from, due_to = due_range
     if _sqlite():
         started = attempt_sql_sqlite.start(
             job_id=job_id,
@@ -157,6 +163,7 @@ def start(
             rss_bytes=rss_bytes,
             now=now,
             leases=json.loads(_leases_json()),
+            due_range=due_range,
         )
         if started is None:
             return None
@@ -175,6 +182,8 @@ def start(
                 "running": JobStatus.RUNNING.value,
                 "queued": JobStatus.QUEUED.value,
                 "leases": _leases_json(),
+                "due_from": due_from,
+                "due_to": due_to,
             },
         )
     )

@@ -45,3 +45,25 @@ FINISH_ATTEMPT_SET = """finished_at = %(now)s,
     traceback = %(traceback)s,
     rss_after_bytes = %(rss)s,
     retry_delay_seconds = CASE WHEN %(retrying)s THEN %(delay)s ELSE retry_delay_seconds END"""
+
+
+def retry_counted_where(finished_epoch: str) -> str:
+    """The start's condition on the previous attempt, for a retry (`number` > 1).
+
+    A retry starts in one statement only when the retry budget already
+    counted it where it starts: the previous attempt finished, carries its
+    retry delay, and its due time (finish + delay, epoch seconds) lies in
+    [%(due_from)s, %(due_to)s] (jobs.budget.admitted_due_range). Anything
+    else (a retry that waited into a later window, a lost worker's requeue)
+    matches nothing and takes the general path, which asks the budget.
+    `finished_epoch` is the database's SQL for `p.finished_at` in epoch
+    seconds.
+    """
+    return f"""(%(number)s = 1 OR EXISTS (
+        SELECT 1 FROM {ATTEMPT_TABLE} p
+        WHERE p.job_id = {JOB_TABLE}.id
+          AND p.number = %(number)s - 1
+          AND p.finished_at IS NOT NULL
+          AND p.retry_delay_seconds IS NOT NULL
+          AND {finished_epoch} + p.retry_delay_seconds BETWEEN %(due_from)s AND %(due_to)s
+    ))"""

@@ -26,6 +26,7 @@ from jobs.services.attempt_sql_clauses import (
     FINISH_JOB_WHERE,
     JOB_TABLE,
     finish_job_set,
+    retry_counted_where,
 )
 
 # The lease's end per kind, computed in Python from `now` (SQLite's date
@@ -42,6 +43,7 @@ WHERE id = %(job_id)s
   AND status = %(queued)s
   AND attempts_made = %(number)s - 1
   AND {_LEASE} IS NOT NULL
+  AND {retry_counted_where("(julianday(p.finished_at) - 2440587.5) * 86400.0")}
 RETURNING *
 """
 _START_ATTEMPT = f"""
@@ -97,11 +99,12 @@ def start(
     rss_bytes: int | None,
     now: datetime,
     leases: dict[str, float],
+    due_range: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[Job, int] | None:
     """attempt_sql.start on SQLite: returns the job after the change and the new
     attempt's id, or None when the job is not queued with `number - 1` attempts
-    made (nothing written). `leases` maps each kind to its lease in seconds.
-    Raises the database's errors."""
+    made, or is a retry due outside `due_range` (nothing written). `leases`
+    maps each kind to its lease in seconds. Raises the database's errors."""
     params = {
         "job_id": _db_job_id(job_id),
         "number": number,
@@ -111,6 +114,8 @@ def start(
         "now": _db_datetime(now),
         "running": JobStatus.RUNNING.value,
         "queued": JobStatus.QUEUED.value,
+        "due_from": due_range[0],
+        "due_to": due_range[1],
         "leases": json.dumps(
             {
                 kind: _db_datetime(now + timedelta(seconds=seconds))

@@ -77,9 +77,10 @@ def attempt_start(
     this process for this message is returned as the started attempt.
     """
     now = clock.now()
-    if attempt == 1 and not resume and attempt_sql.enabled():
-        # The common case in one statement (jobs.services.attempt_sql); any other
-        # falls through, retries too (the retry budget judges them at their start).
+    if not resume and attempt_sql.enabled():
+        # The common case in one statement (jobs.services.attempt_sql): a first
+        # attempt, or a retry the budget counted in the window it starts in
+        # (budget.admit would pass it unasked). Any other case falls through.
         with savepoint_if_nested():
             fast = attempt_sql.start(
                 job_id=job_id,
@@ -88,6 +89,7 @@ def attempt_start(
                 pid=pid,
                 rss_bytes=rss_bytes,
                 now=now,
+                due_range=budget.admitted_due_range(now.timestamp()),
             )
         if fast is not None:
             began, row = fast
@@ -95,8 +97,9 @@ def attempt_start(
             transaction.on_commit(
                 lambda: events.attempt_started.send(sender=Job, job=began, attempt=row)
             )
-            # The retry budget's denominator, as in the general path.
-            transaction.on_commit(lambda: budget.record_first(began.kind, now=now.timestamp()))
+            if attempt == 1:
+                # The retry budget's denominator, as in the general path.
+                transaction.on_commit(lambda: budget.record_first(began.kind, now=now.timestamp()))
             _log_started(began, attempt)
             return _started(began, attempt, policy)
     with transaction.atomic():

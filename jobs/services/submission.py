@@ -6,13 +6,14 @@ import hashlib
 import json
 import logging
 import uuid
+from collections.abc import Sequence
 from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
-from django.db.models import sql
+from django.db.models import QuerySet, sql
 from django.db.models.functions import Now
 from rest_framework.exceptions import ValidationError
 
@@ -242,15 +243,48 @@ def job_publish(*, job_id: uuid.UUID) -> bool:
     sweep publishes again and the second delivery is dropped at the
     attempt's start, so the caller must not report a failure.
     """
-    job = (
-        Job.objects.filter(id=job_id, status=JobStatus.QUEUED)
-        .only("kind", "queue", "priority", "attempts_made", "trace_parent")
-        .annotate(stamped_at=Now())
-        .first()
-    )
+    job = _waiting_for_publish([job_id]).first()
     if job is None:
         return False
     return _publish(job, stamped_at=job.stamped_at)
+
+
+def jobs_publish(*, job_ids: Sequence[uuid.UUID]) -> int:
+    """job_publish for many jobs: one read, one publish each (in `job_ids` order), one stamp.
+
+    The rows and the database's time are read in one query; the messages
+    are published one by one with that time as their header; `published_at`
+    is then written for all of them in one UPDATE (jobs.services.
+    publish_stamps.write_stamps), so each is still stamped after its
+    publish. Jobs no longer queued are skipped. Stops at the first publish
+    the broker refuses: the rest stay unpublished for the outbox sweep.
+    Returns how many were published. Never raises for a broker outage or a
+    database connection lost before the stamp (as job_publish). Used by the
+    scheduler, which publishes due retries and the outbox in batches of up
+    to 500: per job it was a read, a publish and a committed UPDATE.
+    """
+    if not job_ids:
+        return 0
+    rows = {job.id: job for job in _waiting_for_publish(job_ids)}
+    published: list[tuple[uuid.UUID, int]] = []
+    for job_id in job_ids:
+        job = rows.get(job_id)
+        if job is None:
+            continue
+        if not _send(job, stamped_at=job.stamped_at):
+            break
+        published.append((job.id, job.attempts_made + 1))
+    _stamp(published)
+    return len(published)
+
+
+def _waiting_for_publish(job_ids: Sequence[uuid.UUID]) -> QuerySet[Job]:
+    """The queued jobs among `job_ids`, with what a publish needs and `stamped_at` (the database's now)."""
+    return (
+        Job.objects.filter(id__in=job_ids, status=JobStatus.QUEUED)
+        .only("kind", "queue", "priority", "attempts_made", "trace_parent")
+        .annotate(stamped_at=Now())
+    )
 
 
 def _publish(job: Job, *, stamped_at: datetime, deferred_stamp: bool = False) -> bool:
@@ -260,6 +294,25 @@ def _publish(job: Job, *, stamped_at: datetime, deferred_stamp: bool = False) ->
     `deferred_stamp`: `published_at` is written later by this process's
     stamp writer (jobs.services.publish_stamps) when batching is on, so the
     submitting request does not wait for it.
+    """
+    if not _send(job, stamped_at=stamped_at):
+        return False
+    attempt = job.attempts_made + 1
+    if deferred_stamp and settings.JOBS_PUBLISH_STAMP_DELAY_SECONDS > 0:
+        try:
+            defer_stamp(job.id, attempt)
+            return True
+        except RuntimeError as exc:  # no writer thread could start: stamp it here
+            logger.warning("stamping in the request job_id=%s: %s", job.id, exc)
+    _stamp([(job.id, attempt)])
+    return True
+
+
+def _send(job: Job, *, stamped_at: datetime) -> bool:
+    """Publish the message of the job's next attempt, headed with `stamped_at`.
+
+    Returns False (logged, the outbox count forgotten) when the broker is
+    known unreachable or refuses; never raises for a broker outage.
     """
     from jobs.tasks import run_attempt_task
 
@@ -292,14 +345,15 @@ def _publish(job: Job, *, stamped_at: datetime, deferred_stamp: bool = False) ->
         selectors.forget_outbox_count(job.queue)
         return False
     broker.mark_reachable()
-    if deferred_stamp and settings.JOBS_PUBLISH_STAMP_DELAY_SECONDS > 0:
-        try:
-            defer_stamp(job.id, attempt)
-            return True
-        except RuntimeError as exc:  # no writer thread could start: stamp it here
-            logger.warning("stamping in the request job_id=%s: %s", job.id, exc)
+    return True
+
+
+def _stamp(stamps: list[tuple[uuid.UUID, int]]) -> None:
+    """Write `published_at` for (job id, attempt) pairs just published; a lost connection is logged."""
+    if not stamps:
+        return
     try:
-        write_stamps([(job.id, attempt)])
+        write_stamps(stamps)
     except DatabaseError as exc:
         if not is_unavailable(exc):
             raise
@@ -309,12 +363,13 @@ def _publish(job: Job, *, stamped_at: datetime, deferred_stamp: bool = False) ->
         # outbox sweep publishes it once more, and the attempt's start drops
         # whichever delivery comes second (jobs.services.attempt_start).
         close_connections()
+        (job_id, attempt), others = stamps[0], len(stamps) - 1
         logger.warning(
-            "published but not stamped job_id=%s attempt=%s (database connection lost: %s: %s);"
-            " the outbox sweep will publish it again and the duplicate is dropped",
-            job.id,
+            "published but not stamped job_id=%s attempt=%s%s (database connection lost: %s: %s);"
+            " the outbox sweep will publish again and the duplicate is dropped",
+            job_id,
             attempt,
+            f" and {others} other jobs" if others else "",
             type(exc).__name__,
             str(exc).strip().splitlines()[0] if str(exc).strip() else "",
         )
-    return True

@@ -10,7 +10,7 @@ from django.db import transaction
 
 from jobs import selectors
 from jobs.models import Job, JobStatus
-from jobs.services.submission import job_publish
+from jobs.services.submission import job_publish, jobs_publish
 from jobs.services.worker_loss import record_worker_lost
 
 logger = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def retries_promote_due(*, now: datetime | None = None, limit: int = 500) -> int
         Job.objects.filter(id__in=ids, status=JobStatus.RETRYING).update(
             status=JobStatus.QUEUED, next_attempt_at=None, enqueued_at=now, published_at=None
         )
-        transaction.on_commit(lambda: [job_publish(job_id=i) for i in ids])
+        transaction.on_commit(lambda: jobs_publish(job_ids=ids))
     return len(ids)
 
 
@@ -47,11 +47,8 @@ def outbox_sweep(*, now: datetime | None = None, limit: int = 500) -> int:
     ids = list(
         selectors.jobs_unpublished(enqueued_before=before, limit=limit).values_list("id", flat=True)
     )
-    published = 0
-    for job_id in ids:
-        if not job_publish(job_id=job_id):
-            break  # the broker is down: try the rest on the next pass
-        published += 1
+    # Stops at the first refused publish (the broker is down): the rest on the next pass.
+    published = jobs_publish(job_ids=ids)
     if ids:
         logger.info("outbox sweep published %s of %s unpublished jobs", published, len(ids))
     return published

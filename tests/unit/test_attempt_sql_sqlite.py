@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from jobs import events, services
+from jobs import budget, events, services
 from jobs.kinds import policy_for
 from jobs.models import AttemptOutcome, DeadReason, Job, JobStatus
 from jobs.services import AttemptReport, attempt_sql, attempt_sql_sqlite
@@ -109,6 +109,79 @@ def test_start_of_a_job_not_queued_writes_nothing_on_the_fast_path(
     assert job.status == JobStatus.CANCELLED
     assert job.attempts_made == 0
     assert not job.attempts.exists()
+
+
+def test_a_retry_counted_in_its_window_starts_on_the_fast_path(
+    job_factory: Callable[..., Job],
+    attempt_factory: Callable[..., Any],
+    fast_calls: dict[str, int],
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # given a job whose first attempt failed 0.2 s ago with a 0.1 s retry delay
+    # (due in this budget window: the decision counted it here)
+    firsts: list[str] = []
+    monkeypatch.setattr(budget, "record_first", lambda kind, **_: firsts.append(kind))
+    ended = timezone.now() - timedelta(seconds=0.2)
+    job = job_factory(attempts_made=1)
+    attempt_factory(
+        job, number=1, outcome=AttemptOutcome.ERROR, finished_at=ended, retry_delay_seconds=0.1
+    )
+
+    # when its retry starts
+    with django_capture_on_commit_callbacks(execute=True):
+        started = services.attempt_start(
+            job_id=job.id, attempt=2, hostname=HOST, pid=os.getpid(), rss_bytes=1000
+        )
+
+    # then it ran on the one-statement start, as the general path would leave it,
+    # and is not counted as a first attempt in the budget's denominator
+    assert started is not None
+    assert started.attempt == 2
+    assert fast_calls["start"] == 1
+    job.refresh_from_db()
+    assert (job.status, job.attempts_made, job.deliveries) == (JobStatus.RUNNING, 2, 1)
+    assert job.attempts.get(number=2).finished_at is None
+    assert firsts == []
+
+
+def test_a_retry_due_in_an_earlier_window_takes_the_general_path(
+    job_factory: Callable[..., Job],
+    attempt_factory: Callable[..., Any],
+    fast_calls: dict[str, int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given a retry due 30 s ago with 10 s budget windows (it waited in the queue),
+    # and a budget that grants what it is asked
+    monkeypatch.setattr(settings, "JOBS_RETRY_BUDGET_WINDOW", 10.0)
+    asked: list[float] = []
+
+    def admit(kind: str, *, due: float, now: float, **_: Any) -> None:
+        asked.append(due)
+
+    monkeypatch.setattr(budget, "admit", admit)
+    job = job_factory(attempts_made=1)
+    first = attempt_factory(
+        job,
+        number=1,
+        outcome=AttemptOutcome.ERROR,
+        finished_at=timezone.now() - timedelta(seconds=31),
+        retry_delay_seconds=1.0,
+    )
+
+    # when it starts
+    started = services.attempt_start(
+        job_id=job.id, attempt=2, hostname=HOST, pid=os.getpid(), rss_bytes=1000
+    )
+
+    # then the one-statement start matched nothing and the general path asked the
+    # budget about its due time before starting it
+    assert started is not None
+    assert fast_calls["start"] == 0
+    assert first.finished_at is not None
+    assert asked == [pytest.approx(first.finished_at.timestamp() + 1.0)]
+    job.refresh_from_db()
+    assert (job.status, job.attempts_made) == (JobStatus.RUNNING, 2)
 
 
 def test_finish_success_writes_result_and_attempt_and_sends_aware_times(

@@ -119,6 +119,28 @@ def test_budget_falls_back_when_redis_is_unreachable(config: BudgetConfig) -> No
     assert time.monotonic() - started < 2.0
 
 
+def test_admitted_due_range_holds_exactly_the_due_times_admit_passes_unasked(
+    config: BudgetConfig, client: redis.Redis
+) -> None:
+    # given start times across a window (its edges too) and due times around each
+    # edge of the range, with a Redis that asks nothing (admit's round trip, when
+    # it makes one, comes back as a fallback: not None)
+    dead = budget._client(f"redis://127.0.0.1:{free_port()}/0", 0.05)
+    margin = budget.ADMITTED_MARGIN_SECONDS
+    for now in (T0, T0 + 0.001, T0 + 13.7, T0 + W - 0.001):
+        low, high = budget.admitted_due_range(now, config)
+        # then every due time inside the range is one admit lets start unasked ...
+        for due in (low, low + 1, (low + high) / 2, high - 1, high):
+            assert budget.admit("k", due=due, now=now, config=config, client=client) is None
+        # ... and just outside it (past the margin) admit asks the budget
+        for due in (low - 2 * margin, high + 2 * margin, T0 - W, T0 + 2 * W):
+            assert budget.admit("k", due=due, now=now, config=config, client=dead) is not None
+    # and the range is now's window plus the previous one's last guard seconds
+    low, high = budget.admitted_due_range(T0 + 5, config)
+    assert low == pytest.approx(T0 - W * budget.GUARD_FRACTION + margin)
+    assert high == pytest.approx(T0 + W - margin)
+
+
 def test_budget_decision_is_one_round_trip(config: BudgetConfig, client: redis.Redis) -> None:
     # given a window holding 5,000 first attempts and many retries
     key = config.key("k", int(T0 // W))

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 
+from jobs import runner
 from jobs.kinds import AttemptContext, Kind, PermanentError, RetryableError
 from jobs.models import AttemptOutcome
 from jobs.policy import Policy
@@ -293,9 +294,12 @@ def test_execute_attempt_success_records_result(job_factory: Callable[..., Any])
 
 @pytest.mark.django_db
 def test_execute_attempt_failure_frees_old_generation_garbage(
-    job_factory: Callable[..., Any],
+    job_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # given a garbage cycle that already reached the oldest generation
+    # given a child whose next failed attempt is the one that collects fully
+    monkeypatch.setattr(runner, "_failures_since_collection", [runner.FULL_COLLECTION_EVERY - 1])
+
+    # and a garbage cycle that already reached the oldest generation
     class Node:
         pass
 
@@ -311,6 +315,27 @@ def test_execute_attempt_failure_frees_old_generation_garbage(
 
     # then the collection after it freed the cycle (a young one would not)
     assert alive() is None
+
+
+def test_full_collection_runs_every_few_errors_and_at_once_after_a_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given a fresh child's count of errors and a recorded gc.collect
+    collections: list[int] = []
+    monkeypatch.setattr(runner, "_failures_since_collection", [0])
+    monkeypatch.setattr(runner.gc, "collect", lambda *a: collections.append(len(collections)))
+    every = runner.FULL_COLLECTION_EVERY
+
+    # when errors follow one another, then a timeout and a memory limit
+    for _ in range(2 * every):
+        runner.collect_after_failure(AttemptOutcome.ERROR)
+    after_errors = len(collections)
+    runner.collect_after_failure(AttemptOutcome.SOFT_TIMEOUT)
+    runner.collect_after_failure(AttemptOutcome.MEMORY_LIMIT)
+
+    # then one full collection per `every` errors, and one after each of the others
+    assert after_errors == 2
+    assert len(collections) == 4
 
 
 @pytest.mark.django_db

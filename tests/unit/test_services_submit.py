@@ -320,6 +320,62 @@ def test_job_publish_next_attempt_number(
     assert job.published_at is not None
 
 
+def test_jobs_publish_reads_once_publishes_in_order_and_stamps_in_one_update(
+    broker_redis: redis.Redis,
+    job_factory: Callable[..., Any],
+    django_assert_num_queries: Callable[..., Any],
+) -> None:
+    # given three queued jobs (one waiting for its third attempt) and a running one
+    queued = [job_factory(), job_factory(attempts_made=2), job_factory()]
+    running = job_factory(status=JobStatus.RUNNING, attempts_made=1)
+    order = [queued[2].id, running.id, queued[0].id, queued[1].id]
+
+    # when the scheduler publishes them as one batch
+    with django_assert_num_queries(2):  # the read, then the stamp
+        published = services.jobs_publish(job_ids=order)
+
+    # then each queued job got its next attempt's message, in the order asked,
+    # the running one none, and every published row is stamped
+    assert published == 3
+    assert [m["headers"]["id"] for m in reversed(_messages(broker_redis))] == [
+        f"{queued[2].id}:1",
+        f"{queued[0].id}:1",
+        f"{queued[1].id}:3",
+    ]
+    for job in queued:
+        job.refresh_from_db()
+        assert job.published_at is not None
+    running.refresh_from_db()
+    assert running.published_at is None
+
+
+def test_jobs_publish_stops_at_a_refused_publish_and_leaves_the_rest_to_the_sweep(
+    broker_redis: redis.Redis, job_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a broker that takes one message, then refuses
+    from jobs.tasks import run_attempt_task
+
+    jobs = [job_factory() for _ in range(3)]
+    sent: list[str] = []
+
+    def apply_async(**options: Any) -> None:
+        if sent:
+            raise ConnectionError("broker gone")
+        sent.append(options["task_id"])
+
+    monkeypatch.setattr(run_attempt_task, "apply_async", apply_async)
+
+    # when the batch is published
+    published = services.jobs_publish(job_ids=[job.id for job in jobs])
+
+    # then only the first went out and is stamped; the others are still unpublished
+    # (the outbox sweep's) and were not even tried after the refusal
+    assert published == 1
+    assert sent == [f"{jobs[0].id}:1"]
+    stamped = [Job.objects.get(id=job.id).published_at is not None for job in jobs]
+    assert stamped == [True, False, False]
+
+
 @pytest.mark.parametrize("status", [JobStatus.RUNNING, JobStatus.RETRYING, JobStatus.SUCCEEDED])
 def test_job_publish_only_queued_jobs(
     broker_redis: redis.Redis, job_factory: Callable[..., Any], status: str
