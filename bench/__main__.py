@@ -125,8 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in chosen:
             if name == "storm" and "p1" in chosen:
                 continue  # measured inside p1's interleaving
+            began = time.monotonic()
             try:
                 run_one(name, opts, report, with_storm="storm" in chosen)
+                print(f"bench: {name} took {(time.monotonic() - began) / 60:.1f} min", flush=True)
             except Exception:
                 failed.append(name)
                 print(

@@ -71,6 +71,13 @@ class Report:
                 return row.median
         return float("nan")
 
+    def fastest(self, bench: str, variant: str) -> float:
+        """The row's smallest sample (NaN when absent): a timing's cost without the noise."""
+        for row in self.rows:
+            if row.bench == bench and row.variant == variant and row.samples:
+                return min(row.samples)
+        return float("nan")
+
     def table(self) -> str:
         """Markdown table: median, min, max, and the ratio of medians to the row's baseline."""
         lines = [

@@ -7,8 +7,16 @@ times after a 4-job warm-up and 10 times after the recycles.
 Web: gunicorn's workers are ended one at a time (SIGTERM to the worker,
 the master forks a replacement) `web_recycles` times (100; a web worker
 boots in about 0.5 s, 1,000 would take most of the 20 minutes), and the
-web's /metrics is scraped 10 times before and after. One pass (the
-recycles are the cost); the rows' samples are the 10 scrapes.
+web's /metrics is scraped 21 times before and after. One pass (the
+recycles are the cost); the rows' samples are the scrapes.
+
+The verdict compares the fastest scrape after the recycles with the
+fastest before (the ratio of medians is printed beside it): back-to-back
+scrapes of an unchanged metrics directory ranged 3x on the shared machine
+(71-236 ms in one `make bench`), and since noise only adds time the fastest
+of a series is the steady measure of what a scrape costs (timeit's rule;
+tests/integration/test_telemetry_recycling.py judges the same way). The
+"before" and "after" series are minutes apart and cannot be interleaved.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from bench.processes import children
 from bench.rig import Options, Rig
 from devstack.services import wait_for
 
-SCRAPES = 10
+SCRAPES = 21
 
 
 def scrape_ms(port: int, path: str = "/metrics") -> list[float]:
@@ -103,14 +111,14 @@ def run(opts: Options, report: Report) -> None:
             f"  {label} /metrics: {sorted(before)[SCRAPES // 2]:.1f} → {sorted(after)[SCRAPES // 2]:.1f} ms"
         )
     for label, count in (("worker", opts.recycles), ("web", opts.web_recycles)):
+        bench = f"P4 {label} /metrics"
+        medians = ratio(report.median(bench, "after recycles"), report.median(bench, "at start"))
         report.verdicts.append(
             Verdict(
-                f"P4 {label} /metrics after {count} recycles / at start",
-                ratio(
-                    report.median(f"P4 {label} /metrics", "after recycles"),
-                    report.median(f"P4 {label} /metrics", "at start"),
-                ),
+                f"P4 {label} /metrics after {count} recycles / at start, fastest of {SCRAPES}",
+                ratio(report.fastest(bench, "after recycles"), report.fastest(bench, "at start")),
                 1.2,
                 False,
+                detail=f"ratio of medians {medians:.2f}",
             )
         )
