@@ -249,32 +249,45 @@ def job_publish(*, job_id: uuid.UUID) -> bool:
     return _publish(job, stamped_at=job.stamped_at)
 
 
-def jobs_publish(*, job_ids: Sequence[uuid.UUID]) -> int:
+def jobs_publish(*, job_ids: Sequence[uuid.UUID | str]) -> int:
     """job_publish for many jobs: one read, one publish each (in `job_ids` order), one stamp.
 
     The rows and the database's time are read in one query; the messages
     are published one by one with that time as their header; `published_at`
     is then written for all of them in one UPDATE (jobs.services.
     publish_stamps.write_stamps), so each is still stamped after its
-    publish. Jobs no longer queued are skipped. Stops at the first publish
-    the broker refuses: the rest stay unpublished for the outbox sweep.
-    Returns how many were published. Never raises for a broker outage or a
-    database connection lost before the stamp (as job_publish). Used by the
-    scheduler, which publishes due retries and the outbox in batches of up
-    to 500: per job it was a read, a publish and a committed UPDATE.
+    publish. Jobs no longer queued are skipped; so is a job whose message
+    cannot be built (its kind unregistered or its limits invalid: logged
+    with the traceback, the row left for an operator). Stops at the first
+    publish the broker refuses: the rest stay unpublished for the outbox
+    sweep. Whatever was published is stamped, even when something raises
+    midway. Returns how many were published. Never raises for a broker
+    outage or a database connection lost before the stamp (as job_publish).
+    Used by the scheduler, which publishes due retries and the outbox in
+    batches of up to 500: per job it was a read, a publish and a committed
+    UPDATE.
     """
     if not job_ids:
         return 0
-    rows = {job.id: job for job in _waiting_for_publish(job_ids)}
+    ordered = [uuid.UUID(str(job_id)) for job_id in job_ids]
+    rows = {job.id: job for job in _waiting_for_publish(ordered)}
     published: list[tuple[uuid.UUID, int]] = []
-    for job_id in job_ids:
-        job = rows.get(job_id)
-        if job is None:
-            continue
-        if not _send(job, stamped_at=job.stamped_at):
-            break
-        published.append((job.id, job.attempts_made + 1))
-    _stamp(published)
+    try:
+        for job_id in ordered:
+            job = rows.get(job_id)
+            if job is None:
+                continue
+            try:
+                sent = _send(job, stamped_at=job.stamped_at)
+            except (UnknownKind, ValueError):
+                logger.exception("publish skipped job_id=%s kind=%s", job.id, job.kind)
+                continue
+            if not sent:
+                break
+            published.append((job.id, job.attempts_made + 1))
+    finally:
+        # Unstamped, a published row would be published again by every sweep.
+        _stamp(published)
     return len(published)
 
 

@@ -137,8 +137,8 @@ def test_admitted_due_range_holds_exactly_the_due_times_admit_passes_unasked(
             assert budget.admit("k", due=due, now=now, config=config, client=dead) is not None
     # and the range is now's window plus the previous one's last guard seconds
     low, high = budget.admitted_due_range(T0 + 5, config)
-    assert low == pytest.approx(T0 - W * budget.GUARD_FRACTION + margin)
-    assert high == pytest.approx(T0 + W - margin)
+    assert low == pytest.approx(T0 - W * budget.GUARD_FRACTION + margin, abs=1e-6)
+    assert high == pytest.approx(T0 + W - margin, abs=1e-6)
 
 
 def test_budget_decision_is_one_round_trip(config: BudgetConfig, client: redis.Redis) -> None:

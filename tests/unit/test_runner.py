@@ -292,6 +292,9 @@ def test_execute_attempt_success_records_result(job_factory: Callable[..., Any])
     assert attempt.rss_after_bytes
 
 
+MIB = 1024 * 1024
+
+
 @pytest.mark.django_db
 def test_execute_attempt_failure_frees_old_generation_garbage(
     job_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
@@ -326,16 +329,27 @@ def test_full_collection_runs_every_few_errors_and_at_once_after_a_timeout(
     monkeypatch.setattr(runner.gc, "collect", lambda *a: collections.append(len(collections)))
     every = runner.FULL_COLLECTION_EVERY
 
-    # when errors follow one another, then a timeout and a memory limit
-    for _ in range(2 * every):
-        runner.collect_after_failure(AttemptOutcome.ERROR)
-    after_errors = len(collections)
-    runner.collect_after_failure(AttemptOutcome.SOFT_TIMEOUT)
-    runner.collect_after_failure(AttemptOutcome.MEMORY_LIMIT)
+    monkeypatch.setattr(runner, "_rss_at_collection", [None])
+    monkeypatch.setattr(runner, "rss_bytes", lambda: 100 * MIB)
 
-    # then one full collection per `every` errors, and one after each of the others
+    # when errors follow one another at a steady RSS, then a timeout and a memory limit
+    for _ in range(2 * every):
+        runner.collect_after_failure(AttemptOutcome.ERROR, rss=100 * MIB)
+    after_errors = len(collections)
+    runner.collect_after_failure(AttemptOutcome.SOFT_TIMEOUT, rss=100 * MIB)
+    runner.collect_after_failure(AttemptOutcome.MEMORY_LIMIT, rss=100 * MIB)
+    # and then an error after which RSS grew past the threshold
+    runner.collect_after_failure(AttemptOutcome.ERROR, rss=100 * MIB + 1)
+    before_growth = len(collections)
+    runner.collect_after_failure(
+        AttemptOutcome.ERROR, rss=100 * MIB + runner.FULL_COLLECTION_RSS_GROWTH + 1
+    )
+
+    # then one full collection per `every` errors, one after each of the others,
+    # and one at once after the growth
     assert after_errors == 2
-    assert len(collections) == 4
+    assert before_growth == 4
+    assert len(collections) == 5
 
 
 @pytest.mark.django_db

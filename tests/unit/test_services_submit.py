@@ -376,6 +376,41 @@ def test_jobs_publish_stops_at_a_refused_publish_and_leaves_the_rest_to_the_swee
     assert stamped == [True, False, False]
 
 
+def test_jobs_publish_skips_a_job_it_cannot_build_and_stamps_what_it_published(
+    broker_redis: redis.Redis, job_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobs.services import submission
+
+    # given a batch whose second job's kind is no longer registered
+    jobs = [job_factory(), job_factory(kind="removed.kind"), job_factory()]
+
+    # when it is published
+    published = services.jobs_publish(job_ids=[str(job.id) for job in jobs])
+
+    # then the other two went out and are stamped; the orphan waits, unstamped
+    assert published == 2
+    stamped = [Job.objects.get(id=job.id).published_at is not None for job in jobs]
+    assert stamped == [True, False, True]
+    assert len(_messages(broker_redis)) == 2
+
+    # and when something unexpected raises midway through another batch
+    more = [job_factory(), job_factory()]
+    send = submission._send
+
+    def failing(job: Job, **kwargs: Any) -> bool:
+        if job.id == more[1].id:
+            raise RuntimeError("unexpected")
+        return send(job, **kwargs)
+
+    monkeypatch.setattr(submission, "_send", failing)
+    with pytest.raises(RuntimeError):
+        services.jobs_publish(job_ids=[job.id for job in more])
+    # then the job published before it is stamped all the same (else every sweep
+    # would publish it again)
+    assert Job.objects.get(id=more[0].id).published_at is not None
+    assert Job.objects.get(id=more[1].id).published_at is None
+
+
 @pytest.mark.parametrize("status", [JobStatus.RUNNING, JobStatus.RETRYING, JobStatus.SUCCEEDED])
 def test_job_publish_only_queued_jobs(
     broker_redis: redis.Redis, job_factory: Callable[..., Any], status: str
