@@ -13,17 +13,13 @@ recorded (docs/performance.md quotes it).
 from __future__ import annotations
 
 import argparse
-import tempfile
-from pathlib import Path
 
 import psutil
 
 from bench.http_load import http_load
 from bench.p2_enqueue import BODY, PATHS
 from bench.processes import children
-from bench.rig import Options, Rig
-from devstack.postgres import POSTGRES_DEFAULT_URL
-from devstack.services import RedisServer
+from bench.rig import Rig, standalone
 
 
 def _cpu_seconds(processes: list[psutil.Process]) -> float:
@@ -43,17 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=2000, help="POSTs per run (default 2000)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of the three paths")
     args = parser.parse_args(argv)
-    redis_server = RedisServer().start()
-    opts = Options(
-        quick=False,
-        runs=1,
-        jobs=0,
-        dbs=["postgres"],
-        admin_url=POSTGRES_DEFAULT_URL,
-        logroot=Path(tempfile.mkdtemp(prefix="jobs-bench-p2cpu-")),
-        redis=redis_server,
-    )
-    try:
+    with standalone("jobs-bench-p2cpu-") as opts:
         rig = Rig(opts, "p2cpu", settings="bench.baseline.settings")
         web = rig.start_web()
         for path in PATHS.values():
@@ -89,10 +75,6 @@ def main(argv: list[str] | None = None) -> int:
                     f"{name:12s} {result.rate:6.0f} req/s  {shown}  total {sum(per.values()):.2f}",
                     flush=True,
                 )
-    finally:
-        for made in opts.rigs:
-            made.close()
-        redis_server.stop()
     return 0
 
 

@@ -9,7 +9,10 @@ from `bench.stock_app` on the same redis-server (bench.stock_worker).
 from __future__ import annotations
 
 import sqlite3
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ import psycopg
 import redis
 
 from bench.http_load import LoadResult, http_load
-from devstack.postgres import create_database, drop_database
+from devstack.postgres import POSTGRES_DEFAULT_URL, create_database, drop_database
 from devstack.processes import Process, Stack
 from devstack.services import RedisServer, free_port, wait_for
 
@@ -58,6 +61,32 @@ class Options:
         number = self._next_db[0] % 16
         self._next_db[0] += 1
         return f"redis://127.0.0.1:{self.redis.port}/{number}"
+
+
+@contextmanager
+def standalone(prefix: str, *, jobs: int = 0) -> Iterator[Options]:
+    """Options for a measuring script outside `python -m bench` (bench.p2_cpu, bench.storm_cpu).
+
+    One PostgreSQL run (the default server), a redis-server of its own and
+    a log directory named `prefix`; every Rig made with them is closed and
+    the redis-server stopped on the way out.
+    """
+    redis_server = RedisServer().start()
+    opts = Options(
+        quick=False,
+        runs=1,
+        jobs=jobs,
+        dbs=["postgres"],
+        admin_url=POSTGRES_DEFAULT_URL,
+        logroot=Path(tempfile.mkdtemp(prefix=prefix)),
+        redis=redis_server,
+    )
+    try:
+        yield opts
+    finally:
+        for made in opts.rigs:
+            made.close()
+        redis_server.stop()
 
 
 class Rig:

@@ -16,17 +16,13 @@ recorded (docs/performance.md quotes it).
 from __future__ import annotations
 
 import argparse
-import tempfile
 import threading
-from pathlib import Path
 from typing import Any
 
 import psutil
 
 from bench import p1_drain
-from bench.rig import Options, Rig
-from devstack.postgres import POSTGRES_DEFAULT_URL
-from devstack.services import RedisServer
+from bench.rig import Rig, standalone
 
 
 def _role(process: psutil.Process) -> str | None:
@@ -114,17 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1200, help="no-op jobs per success drain")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of success then storm")
     args = parser.parse_args(argv)
-    redis_server = RedisServer().start()
-    opts = Options(
-        quick=False,
-        runs=1,
-        jobs=args.jobs,
-        dbs=["postgres"],
-        admin_url=POSTGRES_DEFAULT_URL,
-        logroot=Path(tempfile.mkdtemp(prefix="jobs-bench-stormcpu-")),
-        redis=redis_server,
-    )
-    try:
+    with standalone("jobs-bench-stormcpu-", jobs=args.jobs) as opts:
         rig = Rig(opts, "p1", env=p1_drain.STORM_ENV)
         rig.start_web()
         for _ in range(args.rounds):
@@ -141,10 +127,6 @@ def main(argv: list[str] | None = None) -> int:
                     f"attempt: {shares}  total {total:.2f}",
                     flush=True,
                 )
-    finally:
-        for rig in opts.rigs:
-            rig.close()
-        redis_server.stop()
     return 0
 
 
