@@ -22,7 +22,7 @@ from celery.worker.state import task_ready
 from django.conf import settings
 
 from config.celery_app import app
-from jobs import db_deadline, runner, services, spool_drainer, task_states
+from jobs import child_gc, db_deadline, runner, services, spool_drainer, task_states
 from jobs.attempt_errors import AttemptError, error_class
 from jobs.db import run_with_reconnect
 from jobs.memory_guard import MEMORY_LIMIT_EXIT_CODE
@@ -316,8 +316,8 @@ def run_attempt_task(self: Task, job_id: str, attempt: int) -> dict[str, Any]:
 @signals.worker_process_init.connect
 def freeze_after_fork(**_: Any) -> None:
     # What the child inherited is never garbage: keep it out of the full
-    # collections that follow failed attempts (jobs.runner).
-    runner.freeze_inherited_objects()
+    # collections that follow failed attempts (jobs.child_gc).
+    child_gc.freeze_inherited_objects()
     # The attempt's own queries may run long; its hard time limit bounds it.
     db_deadline.disable()
 

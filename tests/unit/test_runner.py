@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 
-from jobs import runner
+from jobs import child_gc
 from jobs.kinds import AttemptContext, Kind, PermanentError, RetryableError
 from jobs.models import AttemptOutcome
 from jobs.policy import Policy
@@ -300,7 +300,9 @@ def test_execute_attempt_failure_frees_old_generation_garbage(
     job_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given a child whose next failed attempt is the one that collects fully
-    monkeypatch.setattr(runner, "_failures_since_collection", [runner.FULL_COLLECTION_EVERY - 1])
+    monkeypatch.setattr(
+        child_gc, "_failures_since_collection", [child_gc.FULL_COLLECTION_EVERY - 1]
+    )
 
     # and a garbage cycle that already reached the oldest generation
     class Node:
@@ -325,24 +327,24 @@ def test_full_collection_runs_every_few_errors_and_at_once_after_a_timeout(
 ) -> None:
     # given a fresh child's count of errors and a recorded gc.collect
     collections: list[int] = []
-    monkeypatch.setattr(runner, "_failures_since_collection", [0])
-    monkeypatch.setattr(runner.gc, "collect", lambda *a: collections.append(len(collections)))
-    every = runner.FULL_COLLECTION_EVERY
+    monkeypatch.setattr(child_gc, "_failures_since_collection", [0])
+    monkeypatch.setattr(child_gc.gc, "collect", lambda *a: collections.append(len(collections)))
+    every = child_gc.FULL_COLLECTION_EVERY
 
-    monkeypatch.setattr(runner, "_rss_at_collection", [None])
-    monkeypatch.setattr(runner, "rss_bytes", lambda: 100 * MIB)
+    monkeypatch.setattr(child_gc, "_rss_at_collection", [None])
+    monkeypatch.setattr(child_gc, "rss_bytes", lambda: 100 * MIB)
 
     # when errors follow one another at a steady RSS, then a timeout and a memory limit
     for _ in range(2 * every):
-        runner.collect_after_failure(AttemptOutcome.ERROR, rss=100 * MIB)
+        child_gc.collect_after_failure(AttemptOutcome.ERROR, rss=100 * MIB)
     after_errors = len(collections)
-    runner.collect_after_failure(AttemptOutcome.SOFT_TIMEOUT, rss=100 * MIB)
-    runner.collect_after_failure(AttemptOutcome.MEMORY_LIMIT, rss=100 * MIB)
+    child_gc.collect_after_failure(AttemptOutcome.SOFT_TIMEOUT, rss=100 * MIB)
+    child_gc.collect_after_failure(AttemptOutcome.MEMORY_LIMIT, rss=100 * MIB)
     # and then an error after which RSS grew past the threshold
-    runner.collect_after_failure(AttemptOutcome.ERROR, rss=100 * MIB + 1)
+    child_gc.collect_after_failure(AttemptOutcome.ERROR, rss=100 * MIB + 1)
     before_growth = len(collections)
-    runner.collect_after_failure(
-        AttemptOutcome.ERROR, rss=100 * MIB + runner.FULL_COLLECTION_RSS_GROWTH + 1
+    child_gc.collect_after_failure(
+        AttemptOutcome.ERROR, rss=100 * MIB + child_gc.FULL_COLLECTION_RSS_GROWTH + 1
     )
 
     # then one full collection per `every` errors, one after each of the others,
