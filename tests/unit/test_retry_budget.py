@@ -168,10 +168,13 @@ def test_attempt_finish_over_budget_defers_then_dead_budget(
     from jobs.models import AttemptOutcome, DeadReason, JobStatus
     from jobs.services import AttemptReport
 
-    # given a budget of one retry per window (floor 1, ratio 0), at most one window of deferral
-    # (a window length where now is far from the window's end, so no retry falls in the
-    # guard that counts it in the next window too)
-    window = next(w for w in (3600.0, 3000.0, 2400.0) if (time.time() % w) / w < 0.8)
+    # given a budget of one retry per window (floor 1, ratio 0), at most one window of deferral,
+    # with a window length (~1 h) chosen so that now is 30% into its window whatever the clock
+    # says: far from the window's end, so no retry falls in the guard that counts it in the
+    # next window too (windows are epoch-aligned: window n is [n * length, (n + 1) * length))
+    started = time.time()
+    window = (started - 0.3 * 3600.0) / (started // 3600.0)
+    assert 0.25 < (started % window) / window < 0.35
     settings.JOBS_RETRY_BUDGET_RATIO = 0.0
     settings.JOBS_RETRY_BUDGET_FLOOR = 1
     settings.JOBS_RETRY_BUDGET_WINDOW = window
