@@ -157,6 +157,19 @@ def test_budget_decision_is_one_round_trip(config: BudgetConfig, client: redis.R
 # --- the one decision, through the services ---------------------------------------
 
 
+def _window_with_now_at(fraction: float, *, about: float) -> float:
+    """A budget window length (seconds, within a few ms of ``about``) with now ``fraction`` in.
+
+    Budget windows are epoch-aligned (window n is ``[n * length, (n + 1) * length)``), so a
+    test that needs a few milliseconds of work to fall inside one window, far from its guard,
+    picks the length from the clock instead of hoping the time of day is right.
+    """
+    now = time.time()
+    length = (now - fraction * about) / (now // about)
+    assert abs((now % length) / length - fraction) < 0.01
+    return length
+
+
 @pytest.mark.django_db
 def test_attempt_finish_over_budget_defers_then_dead_budget(
     job_factory: Callable[..., Any],
@@ -172,9 +185,7 @@ def test_attempt_finish_over_budget_defers_then_dead_budget(
     # with a window length (~1 h) chosen so that now is 30% into its window whatever the clock
     # says: far from the window's end, so no retry falls in the guard that counts it in the
     # next window too (windows are epoch-aligned: window n is [n * length, (n + 1) * length))
-    started = time.time()
-    window = (started - 0.3 * 3600.0) / (started // 3600.0)
-    assert 0.25 < (started % window) / window < 0.35
+    window = _window_with_now_at(0.3, about=3600.0)
     settings.JOBS_RETRY_BUDGET_RATIO = 0.0
     settings.JOBS_RETRY_BUDGET_FLOOR = 1
     settings.JOBS_RETRY_BUDGET_WINDOW = window
@@ -217,11 +228,13 @@ def test_a_retry_that_waited_into_a_full_window_is_held_at_its_start(
     from jobs import services
     from jobs.models import AttemptOutcome, JobStatus
 
-    # given one retry per 10 s window (ratio 0, floor 1), and two jobs whose retry was due
-    # 30 s ago (a window long gone: they waited in a busy queue)
+    # given one retry per ~10 s window (ratio 0, floor 1; now 30% into its window, so both
+    # starts fall in it), and two jobs whose retry was due 31 s ago (a window long gone:
+    # they waited in a busy queue)
+    length = _window_with_now_at(0.3, about=10.0)
     settings.JOBS_RETRY_BUDGET_RATIO = 0.0
     settings.JOBS_RETRY_BUDGET_FLOOR = 1
-    settings.JOBS_RETRY_BUDGET_WINDOW = 10.0
+    settings.JOBS_RETRY_BUDGET_WINDOW = length
     ended = timezone.now() - timedelta(seconds=31)
     jobs = []
     for _ in range(2):
@@ -253,8 +266,8 @@ def test_a_retry_that_waited_into_a_full_window_is_held_at_its_start(
     assert jobs[0].status == JobStatus.RUNNING
     assert jobs[1].status == JobStatus.RETRYING
     assert jobs[1].attempts_made == 1
-    window = int(timezone.now().timestamp() // 10)
-    assert int(jobs[1].next_attempt_at.timestamp() // 10) > window
+    window = int(timezone.now().timestamp() // length)
+    assert int(jobs[1].next_attempt_at.timestamp() // length) > window
     # and its retry delay now ends at that slot, so its start there is the one
     # counted (no second count, no new deferral: it runs)
     previous = jobs[1].attempts.get(number=1)
