@@ -65,6 +65,10 @@ BUDGET = {
 # Test thresholds: a storm of seconds moves a 5-minute rate less than a real
 # one would, so RetryStorm's minimum rate is lowered; every `for` is 2 s.
 TEST_THRESHOLDS = {"retry_storm_min_rate": 0.05}
+# Succeeding jobs run as another kind than the storm's: RetryStorm's ratio is per kind,
+# and demo.flaky's own successes would dilute the storm's (each failing job wants a retry
+# after 2 of its 3 attempts, or after every attempt the retry budget refuses for good).
+CALM_KIND = "demo.sleep"
 TEST_FOR = "2s"
 CALM_SECONDS = 6
 STORM_JOBS = 20
@@ -98,7 +102,7 @@ def calm(observed: Observed) -> list[dict[str, Any]]:
     prometheus.wait_evaluated_after(time.time() + 1, timeout=30)
     seen: list[dict[str, Any]] = []
     # when a calm workload runs, and for CALM_SECONDS of evaluations after it
-    ids = [platform.submit("demo.flaky", {"fail_times": 0}) for _ in range(10)]
+    ids = [platform.submit(CALM_KIND, {"seconds": 0}) for _ in range(10)]
     wait_terminal(platform, ids, timeout=60)
     quiet_until = time.time() + CALM_SECONDS
 
@@ -124,7 +128,7 @@ def storm(observed: Observed, calm: list[dict[str, Any]]) -> dict[str, Any]:
     # ... then the storm, dead jobs, a time limit, a lost child, leaks, refusals.
     ids = [cancelled]
     ids += [platform.submit("demo.flaky", {"fail_times": 10}) for _ in range(STORM_JOBS)]
-    ids += [platform.submit("demo.flaky", {"fail_times": 0}) for _ in range(3)]
+    ids += [platform.submit(CALM_KIND, {"seconds": 0}) for _ in range(3)]
     ids.append(platform.submit("demo.sleep", {"seconds": 5, "step_seconds": 0.1}))
     ids.append(platform.submit("demo.crash", {"signal": "SIGKILL"}))
     ids += [platform.submit("demo.leak_thread", {"seconds": 3}) for _ in range(2)]
