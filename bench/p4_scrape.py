@@ -26,6 +26,8 @@ import os
 import signal
 import time
 
+import psutil
+
 from bench.figures import Report, Row, Verdict, ratio
 from bench.processes import children
 from bench.rig import Options, Rig
@@ -50,13 +52,33 @@ def scrape_ms(port: int, path: str = "/metrics") -> list[float]:
     return samples
 
 
+# A worker gunicorn has just forked runs the master's signal handlers until its
+# init_process installs its own (after our post_fork hook): a SIGTERM in that window
+# is queued for a master loop that never runs there, and the worker never exits.
+MIN_WORKER_AGE_SECONDS = 1.0
+
+
 def recycle_web(master: int, times: int) -> None:
-    """End one gunicorn worker at a time, waiting for the master to replace it."""
+    """End one gunicorn worker at a time, the oldest, waiting for the master to replace it.
+
+    The oldest by start time, not the lowest pid: pids wrap around (pid_max 32768 here),
+    and the lowest can be the worker booted a moment ago. A worker younger than
+    MIN_WORKER_AGE_SECONDS is waited for first. Raises RuntimeError when the master has
+    no workers, TimeoutError when a worker is not replaced within 60 s.
+    """
     for _ in range(times):
-        pids = children(master)
-        if not pids:
+        workers = [psutil.Process(pid) for pid in children(master)]
+        if not workers:
             raise RuntimeError("gunicorn has no workers")
-        old, wanted = pids[0], len(pids)
+        oldest = min(workers, key=lambda process: process.create_time())
+        old, wanted = oldest.pid, len(workers)
+        born = oldest.create_time()
+        wait_for(
+            lambda born=born: time.time() - born >= MIN_WORKER_AGE_SECONDS,
+            timeout=10,
+            interval=0.02,
+            what="the oldest gunicorn worker past its start",
+        )
         os.kill(old, signal.SIGTERM)
         wait_for(
             lambda old=old, wanted=wanted: (
