@@ -15,10 +15,12 @@ _failures_since_collection = [0]
 _rss_at_collection: list[int | None] = [None]
 
 
-def collect_after_failure(outcome: str, *, rss: int | None = None) -> None:
+def collect_after_failure(outcome: str, *, rss: int | None = None) -> int | None:
     """Run a full garbage collection after a failed attempt, every FULL_COLLECTION_EVERY errors.
 
-    `rss` is the child's RSS now (bytes, None if unknown). A failed attempt
+    `rss` is the child's RSS now (bytes, None if unknown). Returns the RSS
+    after: `rss` itself when nothing was collected, read again when it was
+    (so the caller reads /proc once per failed attempt). A failed attempt
     leaves exception-info cycles (~155 KB measured on Celery 5.7); run_kind
     broke the attempt's own, but some become garbage only later (Celery's
     own exception info) and reach the oldest generation, which a young
@@ -43,10 +45,11 @@ def collect_after_failure(outcome: str, *, rss: int | None = None) -> None:
         and _failures_since_collection[0] < FULL_COLLECTION_EVERY
         and not grown
     ):
-        return
+        return rss
     _failures_since_collection[0] = 0
     gc.collect()
     _rss_at_collection[0] = rss_bytes() if rss is not None else None
+    return _rss_at_collection[0]
 
 
 def freeze_inherited_objects() -> None:

@@ -102,10 +102,10 @@ def execute_attempt(*, job_id: str, attempt: int, hostname: str) -> AttemptRun:
             report_note = guard.unwatch()
         if report.outcome == AttemptOutcome.MEMORY_LIMIT:
             report = replace(report, error_message=f"{report_note}: {report.error_message}")
-        if report.outcome != AttemptOutcome.SUCCEEDED:
-            collect_after_failure(report.outcome, rss=rss_bytes())
-        report = replace(report, trace_id=tracing.trace_id_of(span))
         rss_after = rss_bytes()
+        if report.outcome != AttemptOutcome.SUCCEEDED:
+            rss_after = collect_after_failure(report.outcome, rss=rss_after)
+        report = replace(report, trace_id=tracing.trace_id_of(span))
         end = _finish(
             job_id=str(started.job_id),
             attempt=started.attempt,

@@ -65,11 +65,11 @@ BUDGET = {
 # Test thresholds: a storm of seconds moves a 5-minute rate less than a real
 # one would, so RetryStorm's minimum rate is lowered; every `for` is 2 s.
 TEST_THRESHOLDS = {"retry_storm_min_rate": 0.05}
+TEST_FOR = "2s"
 # Succeeding jobs run as another kind than the storm's: RetryStorm's ratio is per kind,
 # and demo.flaky's own successes would dilute the storm's (each failing job wants a retry
 # after 2 of its 3 attempts, or after every attempt the retry budget refuses for good).
 CALM_KIND = "demo.sleep"
-TEST_FOR = "2s"
 CALM_SECONDS = 6
 STORM_JOBS = 20
 # Grafana's interval variables, as a 1 s scrape interval makes them.

@@ -149,7 +149,6 @@ def test_worker_holds_no_pending_retries_and_stays_flat(
     # and the worker's RSS (main + children) stayed within 10 MB of idle
     rss = tree_rss_bytes(worker.pid)
     by_process = _rss_by_process(worker.pid)
-    print(f"RSS by pid, idle -> now: {idle_by_process} -> {by_process}")
     assert rss - idle_rss <= RSS_TOLERANCE_BYTES, (
         f"worker RSS grew {(rss - idle_rss) / 1e6:.1f} MB: idle {idle_rss / 1e6:.1f} MB, "
         f"now {rss / 1e6:.1f} MB; by pid (main first) {idle_by_process} -> {by_process}"
