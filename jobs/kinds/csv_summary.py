@@ -15,6 +15,7 @@ import math
 import os
 import stat
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
@@ -24,7 +25,7 @@ from django.conf import settings
 from django.core.validators import URLValidator
 from rest_framework import serializers
 
-from jobs.kinds import netguard
+from jobs.kinds import netguard, outbound
 from jobs.kinds.base import AttemptContext, Kind, PermanentError, RetryableError
 from jobs.kinds.registry import register
 from jobs.policy import Policy
@@ -221,21 +222,23 @@ class CsvSummary(Kind):
             return summarise(handle, payload, ctx)
 
 
-def _fetch(url: str) -> requests.Response:
+@contextmanager
+def _fetch(url: str) -> Iterator[requests.Response]:
     """The streamed GET response of `url`, following at most MAX_REDIRECTS redirects.
 
-    Redirects are followed here, not by requests, so that every target is
-    checked by netguard.check_destination before it is connected to. Raises
-    PermanentError for a refused destination, a redirect to a non-http(s)
-    URL or too many redirects; requests' errors propagate.
+    Redirects are followed here, not by requests: every hop goes through
+    jobs.kinds.outbound, so its host is resolved once, checked, and connected
+    to by the checked address. Raises PermanentError for a refused
+    destination, a redirect to a non-http(s) URL or too many redirects;
+    requests' errors propagate.
     """
     for _ in range(MAX_REDIRECTS + 1):
-        netguard.check_destination(url)
-        response = requests.get(url, stream=True, timeout=(5, 30), allow_redirects=False)
-        if not response.is_redirect:
-            return response
-        location = response.headers["Location"]
-        response.close()
+        with ExitStack() as hop:
+            response = hop.enter_context(outbound.request("GET", url, timeout=(5, 30)))
+            if not response.is_redirect:
+                yield response
+                return
+            location = response.headers["Location"]
         target = urljoin(url, location)
         if not _is_url(target):
             raise PermanentError(f"{url} redirects to {location!r}, which is not http(s)")

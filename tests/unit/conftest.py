@@ -11,6 +11,7 @@ import itertools
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -267,3 +268,85 @@ def transport_client(role_redis: RedisServer) -> Iterator[redis.Redis]:
         for pool in (channel.pool, channel.async_pool):
             assert issubclass(pool.connection_class, UnavailableIsDisconnect)
         yield channel.client
+
+
+# -- hosts for the SSRF tests: real servers inside a network namespace --------
+
+PUBLIC_ADDRESS = "93.184.216.34"
+METADATA_ADDRESS = "169.254.169.254"
+# What a rebinding name may turn into: loopback, cloud metadata, IPv6
+# loopback, IPv4-mapped IPv6 loopback (reaches the 127.0.0.1 server).
+INTERNAL_ANSWERS = ("127.0.0.1", METADATA_ADDRESS, "::1", "::ffff:127.0.0.1")
+PUBLIC_BODY = b"public_column\n1\n2\n"
+INTERNAL_BODY = b"internal_secret_column\nDJANGO_SECRET_KEY=internal-only\n"
+
+
+@dataclass
+class SsrfHosts:
+    """A namespace with a public server and internal servers on one port (devstack.netns).
+
+    `run(fn, ...)` calls fn inside the namespace: the kind's connections go
+    to these servers and nowhere else.
+    """
+
+    netns: Any
+    port: int
+    public: Any
+    internal: list[Any]
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self.netns.run(fn, *args, **kwargs)
+
+    def internal_hits(self) -> list[dict[str, Any]]:
+        return [hit for server in self.internal for hit in server.hits]
+
+    def clear(self) -> None:
+        for server in (self.public, *self.internal):
+            server.hits.clear()
+
+
+@pytest.fixture(scope="module")
+def _ssrf_hosts() -> Iterator[SsrfHosts]:
+    from devstack import netns
+
+    reason = netns.available()
+    if reason:
+        pytest.skip(reason)
+    space = netns.Netns()
+    servers: list[Any] = []
+    try:
+        space.add_loopback_addresses(PUBLIC_ADDRESS, METADATA_ADDRESS)
+        public = netns.HostServer(PUBLIC_ADDRESS, body=PUBLIC_BODY, netns=space)
+        servers.append(public)
+        for address in ("127.0.0.1", "::1", METADATA_ADDRESS):
+            servers.append(netns.HostServer(address, public.port, body=INTERNAL_BODY, netns=space))
+        yield SsrfHosts(netns=space, port=public.port, public=public, internal=servers[1:])
+    finally:
+        for server in servers:
+            server.stop()
+        space.close()
+
+
+@pytest.fixture
+def ssrf_hosts(_ssrf_hosts: SsrfHosts, settings: Any) -> SsrfHosts:
+    """The module's SSRF hosts with no hits recorded; private destinations refused."""
+    settings.JOBS_ALLOW_PRIVATE_DESTINATIONS = False
+    _ssrf_hosts.clear()
+    return _ssrf_hosts
+
+
+@pytest.fixture
+def rebinding_dns() -> Iterator[Callable[..., Any]]:
+    """rebinding_dns({name: [[first answer], [later answers]]}) -> an installed RebindingResolver."""
+    from devstack.rebinding_dns import RebindingResolver
+
+    installed: list[RebindingResolver] = []
+
+    def install(answers: dict[str, list[list[str]]]) -> RebindingResolver:
+        resolver = RebindingResolver(answers).install()
+        installed.append(resolver)
+        return resolver
+
+    yield install
+    for resolver in reversed(installed):
+        resolver.uninstall()
