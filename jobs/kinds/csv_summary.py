@@ -2,9 +2,12 @@
 
 Memory is bounded whatever the file size: rows are read one at a time and
 each column keeps O(1) numbers plus at most `distinct_cap` distinct values.
-Local paths must lie under settings.JOBS_CSV_ROOTS and name a regular file;
-URLs must be http(s) and, unless settings.JOBS_ALLOW_PRIVATE_DESTINATIONS is
-true, reach only public addresses (jobs.kinds.netguard), redirects included.
+Local paths must lie under settings.JOBS_CSV_ROOTS and name a regular file,
+at submit and again when the attempt opens it (jobs.kinds.localfiles: no
+symbolic link followed below the root, whatever the path became). URLs must
+be http(s) and, unless settings.JOBS_ALLOW_PRIVATE_DESTINATIONS is true,
+reach only public addresses, each redirect hop resolved once, checked and
+connected to by that address (jobs.kinds.outbound).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from django.conf import settings
 from django.core.validators import URLValidator
 from rest_framework import serializers
 
-from jobs.kinds import netguard, outbound
+from jobs.kinds import localfiles, netguard, outbound
 from jobs.kinds.base import AttemptContext, Kind, PermanentError, RetryableError
 from jobs.kinds.registry import register
 from jobs.policy import Policy
@@ -249,21 +252,14 @@ def _fetch(url: str) -> Iterator[requests.Response]:
 def _open_regular_file(source: str) -> io.TextIOWrapper:
     """`source` opened as UTF-8 text (errors replaced) for the csv module.
 
-    Opened with O_NONBLOCK and checked with fstat before any read, so a FIFO
-    or device put there after submission fails fast instead of blocking.
-    Raises PermanentError when the file is missing, a directory or not a
-    regular file, or not readable (permissions).
+    Opened by jobs.kinds.localfiles.open_beneath: component by component
+    from its JOBS_CSV_ROOTS root, no symbolic link followed, checked with
+    fstat before any read, so whatever the path became after submission
+    only a regular file inside the root is read. Raises PermanentError
+    (naming the path, never the content) otherwise.
     """
+    fd = localfiles.open_beneath(source, settings.JOBS_CSV_ROOTS)
     try:
-        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError as exc:
-        raise PermanentError(f"no such file: {source}") from exc
-    except (IsADirectoryError, NotADirectoryError, PermissionError) as exc:
-        raise PermanentError(f"cannot open {source}: {exc.strerror or exc}") from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PermanentError(f"not a regular file: {source}")
-        os.set_blocking(fd, True)
         return open(fd, encoding="utf-8", errors="replace", newline="")  # noqa: SIM115
     except BaseException:
         os.close(fd)
