@@ -60,6 +60,7 @@ class _PinnedConnectionMixin:
             raise NewConnectionError(self, "no checked address to connect to")  # type: ignore[arg-type]
         error: Exception | None = None
         for address in self.pinned_addresses:
+            where = self.host if address == self.host else f"{self.host} ({address})"
             try:
                 # A numeric address: create_connection's getaddrinfo parses it, no DNS.
                 return create_connection(
@@ -71,14 +72,13 @@ class _PinnedConnectionMixin:
             except TimeoutError as exc:
                 error = ConnectTimeoutError(
                     self,
-                    f"connection to {self.host} ({address}) timed out "
-                    f"(connect timeout={self.timeout})",
+                    f"connection to {where} timed out (connect timeout={self.timeout})",
                 )
                 error.__cause__ = exc
             except OSError as exc:
                 error = NewConnectionError(
                     self,  # type: ignore[arg-type]
-                    f"failed to connect to {self.host} ({address}): {exc}",
+                    f"failed to connect to {where}: {exc}",
                 )
                 error.__cause__ = exc
         assert error is not None
@@ -93,11 +93,11 @@ class PinnedHTTPSConnection(_PinnedConnectionMixin, HTTPSConnection):
     pass
 
 
-class _PinnedHTTPConnectionPool(HTTPConnectionPool):
+class PinnedHTTPConnectionPool(HTTPConnectionPool):
     ConnectionCls = PinnedHTTPConnection
 
 
-class _PinnedHTTPSConnectionPool(HTTPSConnectionPool):
+class PinnedHTTPSConnectionPool(HTTPSConnectionPool):
     ConnectionCls = PinnedHTTPSConnection
 
 
@@ -108,8 +108,8 @@ class _PinnedPoolManager(urllib3.PoolManager):
         super().__init__(**kwargs)
         self.destination = destination
         self.pool_classes_by_scheme = {
-            "http": _PinnedHTTPConnectionPool,
-            "https": _PinnedHTTPSConnectionPool,
+            "http": PinnedHTTPConnectionPool,
+            "https": PinnedHTTPSConnectionPool,
         }
 
     def _new_pool(
