@@ -11,7 +11,6 @@ import itertools
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from django.utils import timezone
 
 from devstack.receiver import WebhookReceiver
 from devstack.services import RedisServer, free_port
+from tests.unit.ssrf_hosts import SsrfHosts, ssrf_hosts_started
 
 SHARED_REDIS_PORT = 6379
 
@@ -272,38 +272,6 @@ def transport_client(role_redis: RedisServer) -> Iterator[redis.Redis]:
 
 # -- hosts for the SSRF tests: real servers inside a network namespace --------
 
-PUBLIC_ADDRESS = "93.184.216.34"
-METADATA_ADDRESS = "169.254.169.254"
-# What a rebinding name may turn into: loopback, cloud metadata, IPv6
-# loopback, IPv4-mapped IPv6 loopback (reaches the 127.0.0.1 server).
-INTERNAL_ANSWERS = ("127.0.0.1", METADATA_ADDRESS, "::1", "::ffff:127.0.0.1")
-PUBLIC_BODY = b"public_column\n1\n2\n"
-INTERNAL_BODY = b"internal_secret_column\nDJANGO_SECRET_KEY=internal-only\n"
-
-
-@dataclass
-class SsrfHosts:
-    """A namespace with a public server and internal servers on one port (devstack.netns).
-
-    `run(fn, ...)` calls fn inside the namespace: the kind's connections go
-    to these servers and nowhere else.
-    """
-
-    netns: Any
-    port: int
-    public: Any
-    internal: list[Any]
-
-    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return self.netns.run(fn, *args, **kwargs)
-
-    def internal_hits(self) -> list[dict[str, Any]]:
-        return [hit for server in self.internal for hit in server.hits]
-
-    def clear(self) -> None:
-        for server in (self.public, *self.internal):
-            server.hits.clear()
-
 
 @pytest.fixture(scope="module")
 def _ssrf_hosts() -> Iterator[SsrfHosts]:
@@ -312,19 +280,8 @@ def _ssrf_hosts() -> Iterator[SsrfHosts]:
     reason = netns.available()
     if reason:
         pytest.skip(reason)
-    space = netns.Netns()
-    servers: list[Any] = []
-    try:
-        space.add_loopback_addresses(PUBLIC_ADDRESS, METADATA_ADDRESS)
-        public = netns.HostServer(PUBLIC_ADDRESS, body=PUBLIC_BODY, netns=space)
-        servers.append(public)
-        for address in ("127.0.0.1", "::1", METADATA_ADDRESS):
-            servers.append(netns.HostServer(address, public.port, body=INTERNAL_BODY, netns=space))
-        yield SsrfHosts(netns=space, port=public.port, public=public, internal=servers[1:])
-    finally:
-        for server in servers:
-            server.stop()
-        space.close()
+    with ssrf_hosts_started() as hosts:
+        yield hosts
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import pytest
 
 from jobs.kinds import PermanentError, RetryableError
 from jobs.kinds.csv_summary import MAX_REDIRECTS, CsvSummary
+from tests.unit.ssrf_hosts import PUBLIC_ADDRESS, SsrfHosts
 
 SMALL_CSV = "name,age\nalice,30\nbob,\ncarol,40\ndave,50\n"
 
@@ -186,12 +187,12 @@ def test_csv_summary_url_private_destination_is_permanent_when_restricted(
 
 
 def test_csv_summary_url_redirect_to_private_destination_is_refused(
-    ssrf_hosts: Any, rebinding_dns: Callable[..., Any], attempt_context: Callable[..., Any]
+    ssrf_hosts: SsrfHosts,
+    rebinding_dns: Callable[..., Any],
+    attempt_context: Callable[..., Any],
 ) -> None:
     # given a public source that redirects to a loopback name
-    # (real servers in a namespace: tests/unit/conftest.py `ssrf_hosts`)
-    from tests.unit.conftest import PUBLIC_ADDRESS
-
+    # (real servers in a namespace: tests/unit/ssrf_hosts.py)
     rebinding_dns({"csv.example.test": [[PUBLIC_ADDRESS]]})
     port = ssrf_hosts.port
     path = f"/redirect?to=http://localhost:{port}/data.csv"

@@ -18,7 +18,7 @@ import requests
 
 from jobs.kinds import PermanentError, outbound
 from jobs.kinds.netguard import Destination
-from tests.unit.conftest import INTERNAL_ANSWERS, PUBLIC_ADDRESS, PUBLIC_BODY, SsrfHosts
+from tests.unit.ssrf_hosts import INTERNAL_ANSWERS, PUBLIC_ADDRESS, PUBLIC_BODY, SsrfHosts
 
 NAME = "rebind.example.test"
 

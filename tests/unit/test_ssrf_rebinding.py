@@ -19,7 +19,7 @@ import pytest
 from jobs.kinds import PermanentError
 from jobs.kinds.csv_summary import CsvSummary
 from jobs.kinds.webhook import WebhookDeliver
-from tests.unit.conftest import INTERNAL_ANSWERS, PUBLIC_ADDRESS, SsrfHosts
+from tests.unit.ssrf_hosts import INTERNAL_ANSWERS, PUBLIC_ADDRESS, SsrfHosts
 
 
 @pytest.mark.parametrize("internal", INTERNAL_ANSWERS)
