@@ -20,6 +20,8 @@ import redis
 from django.test import override_settings
 from django.utils import timezone
 
+from devstack import netns
+from devstack.rebinding_dns import RebindingResolver
 from devstack.receiver import WebhookReceiver
 from devstack.services import RedisServer, free_port
 from tests.unit.ssrf_hosts import SsrfHosts, ssrf_hosts_started
@@ -275,8 +277,6 @@ def transport_client(role_redis: RedisServer) -> Iterator[redis.Redis]:
 
 @pytest.fixture(scope="module")
 def _ssrf_hosts() -> Iterator[SsrfHosts]:
-    from devstack import netns
-
     reason = netns.available()
     if reason:
         pytest.skip(reason)
@@ -295,8 +295,6 @@ def ssrf_hosts(_ssrf_hosts: SsrfHosts, settings: Any) -> SsrfHosts:
 @pytest.fixture
 def rebinding_dns() -> Iterator[Callable[..., Any]]:
     """rebinding_dns({name: [[first answer], [later answers]]}) -> an installed RebindingResolver."""
-    from devstack.rebinding_dns import RebindingResolver
-
     installed: list[RebindingResolver] = []
 
     def install(answers: dict[str, list[list[str]]]) -> RebindingResolver:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import requests
 
+from devstack.netns import HostServer
 from jobs.kinds import PermanentError, outbound
 from jobs.kinds.netguard import Destination
 from tests.unit.ssrf_hosts import INTERNAL_ANSWERS, PUBLIC_ADDRESS, PUBLIC_BODY, SsrfHosts
@@ -132,8 +133,6 @@ def tls_ca(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture
 def tls_host(ssrf_hosts: SsrfHosts, tls_ca: Any, tmp_path: Path) -> Iterator[tuple[Any, str]]:
     """(an HTTPS server on the public address with a certificate for TLS_NAME, the CA bundle path)."""
-    from devstack.netns import HostServer
-
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     tls_ca.issue_cert(TLS_NAME).configure_cert(context)
     server = HostServer(PUBLIC_ADDRESS, body=PUBLIC_BODY, netns=ssrf_hosts.netns, tls=context)
