@@ -1,7 +1,7 @@
 """Secrets out of error text: URL credentials and query strings, and what a job's payload declares secret.
 
 One rule for every error an attempt produces, applied where the error
-becomes text (jobs.runner, once per failed attempt): the message, the
+becomes text (jobs.runner calls `redact_report` once per attempt): the message, the
 formatted traceback (chained exceptions included) and the exception the
 Celery task raises from, so the job's `last_error`, the attempt's error and
 traceback, the worker's log, Celery's task events (Flower) and span
@@ -19,11 +19,15 @@ attributes and events all carry the redacted text only.
 from __future__ import annotations
 
 import base64
+import dataclasses
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from functools import cache
-from typing import Any
+from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
+
+logger = logging.getLogger(__name__)
 
 REDACTED = "***"
 # Shorter declared secrets are not replaced (they would blank out ordinary words).
@@ -167,3 +171,44 @@ def _stand_in(
         stand_in.__context__ = _stand_in(exc.__context__, secrets, done)
     stand_in.__suppress_context__ = exc.__suppress_context__
     return stand_in
+
+
+class _Report(Protocol):
+    @property
+    def error_message(self) -> str: ...
+    @property
+    def traceback(self) -> str: ...
+    @property
+    def exception(self) -> BaseException | None: ...
+
+
+R = TypeVar("R", bound=_Report)
+
+
+def secrets_of(kind: Any, payload: dict[str, Any]) -> frozenset[str]:
+    """What `kind` (a jobs.kinds.Kind) says error text must not show of `payload` (`secret_values`).
+
+    A kind's hook that raises costs nothing but a log line: the default rule
+    (`payload_secrets`) is used instead.
+    """
+    try:
+        return frozenset(kind.secret_values(payload))
+    except Exception:
+        logger.exception("secret_values of kind %s failed; using the default rule", kind.name)
+        return payload_secrets(payload)
+
+
+def redact_report(report: R, secrets: Iterable[str] = ()) -> R:
+    """`report` (a frozen dataclass: jobs.services.AttemptReport) with its message, traceback
+    and exception chain redacted; unchanged when it holds no error."""
+    if not (report.error_message or report.traceback or report.exception is not None):
+        return report
+    secrets = frozenset(secrets)
+    return dataclasses.replace(  # type: ignore[type-var]
+        report,
+        error_message=redact(report.error_message, secrets),
+        traceback=redact(report.traceback, secrets),
+        exception=(
+            redact_exception(report.exception, secrets) if report.exception is not None else None
+        ),
+    )

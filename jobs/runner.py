@@ -279,7 +279,7 @@ def run_kind(
     -> frame cycle is left for the garbage collector. The context's
     cancellation flag is set when it returns.
     """
-    secrets = _secrets_of(kind, payload)
+    secrets = redaction.secrets_of(kind, payload)
     report = _run_and_classify(kind, payload, ctx, policy)
     # The attempt is over, however it ended (Celery's own soft limit can win
     # the race with the supervisor's flag): helper threads it started and
@@ -288,34 +288,8 @@ def run_kind(
     ctx.cancel_event.set()
     if report.exception is not None and report.exception.__traceback__ is not None:
         traceback.clear_frames(report.exception.__traceback__)
-    return _redacted(report, secrets)
-
-
-def _secrets_of(kind: Kind, payload: dict[str, Any]) -> frozenset[str]:
-    """What the kind says error text must not show of `payload` (jobs.redaction)."""
-    try:
-        return frozenset(kind.secret_values(payload))
-    except Exception:  # a kind's own hook: never let it cost the attempt its outcome
-        logger.exception("secret_values of kind %s failed; using the default rule", kind.name)
-        return redaction.payload_secrets(payload)
-
-
-def _redacted(report: AttemptReport, secrets: frozenset[str]) -> AttemptReport:
-    """The one boundary where an attempt's error becomes text: message, traceback and the
-    exception the Celery task raises from (its chain included) lose URL credentials,
-    query strings and `secrets`, for every place the error travels to."""
-    if report.outcome == AttemptOutcome.SUCCEEDED:
-        return report
-    return replace(
-        report,
-        error_message=redaction.redact(report.error_message, secrets),
-        traceback=redaction.redact(report.traceback, secrets),
-        exception=(
-            redaction.redact_exception(report.exception, secrets)
-            if report.exception is not None
-            else None
-        ),
-    )
+    # The one boundary where an attempt's error becomes text (jobs.redaction).
+    return redaction.redact_report(report, secrets)
 
 
 def _run_and_classify(
