@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import DatabaseError, DataError
 from opentelemetry import trace
 
-from jobs import events, memory_guard, services
+from jobs import events, memory_guard, redaction, services
 from jobs.child_gc import collect_after_failure
 from jobs.db import is_unavailable, run_with_reconnect
 from jobs.kinds import AttemptContext, Cancelled, Kind, PermanentError, RetryableError, get_kind
@@ -279,6 +279,7 @@ def run_kind(
     -> frame cycle is left for the garbage collector. The context's
     cancellation flag is set when it returns.
     """
+    secrets = redaction.secrets_of(kind, payload)
     report = _run_and_classify(kind, payload, ctx, policy)
     # The attempt is over, however it ended (Celery's own soft limit can win
     # the race with the supervisor's flag): helper threads it started and
@@ -287,7 +288,8 @@ def run_kind(
     ctx.cancel_event.set()
     if report.exception is not None and report.exception.__traceback__ is not None:
         traceback.clear_frames(report.exception.__traceback__)
-    return report
+    # The one boundary where an attempt's error becomes text (jobs.redaction).
+    return redaction.redact_report(report, secrets)
 
 
 def _run_and_classify(

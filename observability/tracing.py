@@ -66,6 +66,10 @@ class JsonLinesSpanExporter:
                         "start_time_unix_nano": span.start_time,
                         "end_time_unix_nano": span.end_time,
                         "attributes": dict(span.attributes or {}),
+                        "events": [
+                            {"name": event.name, "attributes": dict(event.attributes or {})}
+                            for event in span.events
+                        ],
                         "status": span.status.status_code.name,
                         "resource": dict(span.resource.attributes),
                         "pid": os.getpid(),

@@ -196,7 +196,8 @@ OTEL_SERVICE_NAME: str = env.str("OTEL_SERVICE_NAME", default="django-jobs")
 # Default true here because local development, `make demo` and the tests
 # deliver to receivers on 127.0.0.1; this module is star-imported at the end
 # of base.py and cannot see DEBUG, so production.py sets the safe default
-# (false) itself. DNS rebinding is not covered: see jobs/kinds/netguard.py.
+# (false) itself. The name is resolved once and the connection pinned to the
+# checked address (jobs.kinds.outbound): DNS rebinding cannot pass the check.
 JOBS_ALLOW_PRIVATE_DESTINATIONS: bool = env.bool("JOBS_ALLOW_PRIVATE_DESTINATIONS", default=True)
 
 # Admin (jobs.admin). Links shown on the job page and the overview; empty

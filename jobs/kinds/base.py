@@ -4,7 +4,8 @@ A kind is plain code: a payload schema (a DRF serializer), a Policy, a default
 queue and `run(payload, ctx)`. It never touches Celery. It signals failures by
 raising RetryableError (try again, optionally not before `retry_after`
 seconds) or PermanentError (dead-letter now); any other exception is retried
-when the kind's policy says so.
+when the kind's policy says so. Error text is redacted by the platform
+(`secret_values`, jobs.redaction), so a kind may name its URL in an error.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, ClassVar
 
 from rest_framework import serializers
 
+from jobs import redaction
 from jobs.policy import Policy
 
 
@@ -99,3 +101,12 @@ class Kind:
     def run(self, payload: dict[str, Any], ctx: AttemptContext) -> Any:
         """Do the work once; return a JSON-serialisable result. Raise to fail."""
         raise NotImplementedError
+
+    def secret_values(self, payload: dict[str, Any]) -> frozenset[str]:
+        """Strings of `payload` that must never appear in an attempt's error text.
+
+        The platform also redacts every URL's credentials and query string
+        (jobs.redaction); by default this adds what those look like in other
+        forms and every value of a `headers` map. Override to add more.
+        """
+        return redaction.payload_secrets(payload)

@@ -2,9 +2,12 @@
 
 Memory is bounded whatever the file size: rows are read one at a time and
 each column keeps O(1) numbers plus at most `distinct_cap` distinct values.
-Local paths must lie under settings.JOBS_CSV_ROOTS and name a regular file;
-URLs must be http(s) and, unless settings.JOBS_ALLOW_PRIVATE_DESTINATIONS is
-true, reach only public addresses (jobs.kinds.netguard), redirects included.
+Local paths must lie under settings.JOBS_CSV_ROOTS and name a regular file,
+at submit and again when the attempt opens it (jobs.kinds.localfiles: no
+symbolic link followed below the root, whatever the path became). URLs must
+be http(s) and, unless settings.JOBS_ALLOW_PRIVATE_DESTINATIONS is true,
+reach only public addresses, each redirect hop resolved once, checked and
+connected to by that address (jobs.kinds.outbound).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import math
 import os
 import stat
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
@@ -24,7 +28,7 @@ from django.conf import settings
 from django.core.validators import URLValidator
 from rest_framework import serializers
 
-from jobs.kinds import netguard
+from jobs.kinds import localfiles, netguard, outbound
 from jobs.kinds.base import AttemptContext, Kind, PermanentError, RetryableError
 from jobs.kinds.registry import register
 from jobs.policy import Policy
@@ -221,21 +225,23 @@ class CsvSummary(Kind):
             return summarise(handle, payload, ctx)
 
 
-def _fetch(url: str) -> requests.Response:
+@contextmanager
+def _fetch(url: str) -> Iterator[requests.Response]:
     """The streamed GET response of `url`, following at most MAX_REDIRECTS redirects.
 
-    Redirects are followed here, not by requests, so that every target is
-    checked by netguard.check_destination before it is connected to. Raises
-    PermanentError for a refused destination, a redirect to a non-http(s)
-    URL or too many redirects; requests' errors propagate.
+    Redirects are followed here, not by requests: every hop goes through
+    jobs.kinds.outbound, so its host is resolved once, checked, and connected
+    to by the checked address. Raises PermanentError for a refused
+    destination, a redirect to a non-http(s) URL or too many redirects;
+    requests' errors propagate.
     """
     for _ in range(MAX_REDIRECTS + 1):
-        netguard.check_destination(url)
-        response = requests.get(url, stream=True, timeout=(5, 30), allow_redirects=False)
-        if not response.is_redirect:
-            return response
-        location = response.headers["Location"]
-        response.close()
+        with ExitStack() as hop:
+            response = hop.enter_context(outbound.request("GET", url, timeout=(5, 30)))
+            if not response.is_redirect:
+                yield response
+                return
+            location = response.headers["Location"]
         target = urljoin(url, location)
         if not _is_url(target):
             raise PermanentError(f"{url} redirects to {location!r}, which is not http(s)")
@@ -246,21 +252,14 @@ def _fetch(url: str) -> requests.Response:
 def _open_regular_file(source: str) -> io.TextIOWrapper:
     """`source` opened as UTF-8 text (errors replaced) for the csv module.
 
-    Opened with O_NONBLOCK and checked with fstat before any read, so a FIFO
-    or device put there after submission fails fast instead of blocking.
-    Raises PermanentError when the file is missing, a directory or not a
-    regular file, or not readable (permissions).
+    Opened by jobs.kinds.localfiles.open_beneath: component by component
+    from its JOBS_CSV_ROOTS root, no symbolic link followed, checked with
+    fstat before any read, so whatever the path became after submission
+    only a regular file inside the root is read. Raises PermanentError
+    (naming the path, never the content) otherwise.
     """
+    fd = localfiles.open_beneath(source, settings.JOBS_CSV_ROOTS)
     try:
-        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError as exc:
-        raise PermanentError(f"no such file: {source}") from exc
-    except (IsADirectoryError, NotADirectoryError, PermissionError) as exc:
-        raise PermanentError(f"cannot open {source}: {exc.strerror or exc}") from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PermanentError(f"not a regular file: {source}")
-        os.set_blocking(fd, True)
         return open(fd, encoding="utf-8", errors="replace", newline="")  # noqa: SIM115
     except BaseException:
         os.close(fd)

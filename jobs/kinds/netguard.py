@@ -12,23 +12,23 @@ Two checks, two moments:
 * `literal_destination_error` at submit time: a URL whose host is a literal
   IP address (or an RFC 6761 "localhost" name) that is not public is
   rejected at once, so the API answers 400. No DNS lookup happens here.
-* `check_destination` at run time, right before connecting: the host is
-  resolved with socket.getaddrinfo (as the HTTP client will) and the
-  attempt fails with PermanentError when any answer is not public.
+* `resolve_destination` at run time: the host is resolved once and every
+  answer checked; the result (a Destination) is what jobs.kinds.outbound
+  connects to, by address, so the HTTP client never resolves the name again
+  (no DNS rebinding between check and connect). Every redirect hop is a new
+  destination, resolved and checked again.
 
-Not covered: DNS rebinding. The HTTP client resolves the name again when it
-connects, so a name whose answers change between our check and that connect
-(a short TTL, a hostile resolver) can still reach a private address. Closing
-that gap needs connect-time pinning: connecting to the very address that was
-checked (a custom transport adapter), or an egress proxy or firewall that
-enforces the rule. An HTTP(S)_PROXY in the environment also moves the
-connect to the proxy, which then resolves the name itself.
+What it does not cover: a public address that forwards to an internal one
+(an open proxy, a NAT rule on the path) and names the platform resolves
+differently from the caller are outside what an address check can see; an
+egress firewall is the complete answer (platform/README.md, Security model).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+from dataclasses import dataclass
 
 import requests
 import urllib3.util
@@ -115,6 +115,15 @@ def _non_public(addresses: list[str]) -> list[str]:
     return refused
 
 
+def _is_ip_literal(host: str) -> bool:
+    """True for a host written as an IPv4 or IPv6 address in standard form (no lookup needed)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _is_localhost_name(host: str) -> bool:
     # RFC 6761 §6.3: "localhost." and names below it are loopback names.
     name = host.rstrip(".").lower()
@@ -126,7 +135,7 @@ def literal_destination_error(url: str) -> str | None:
 
     Only a host that is a numeric address (any form getaddrinfo accepts with
     AI_NUMERICHOST, e.g. "127.0.0.1", "[::1]") or a localhost name is judged
-    here; other names are checked when the attempt runs (`check_destination`).
+    here; other names are checked when the attempt runs (`resolve_destination`).
     Always None when JOBS_ALLOW_PRIVATE_DESTINATIONS is true.
     """
     if private_destinations_allowed():
@@ -150,34 +159,47 @@ def literal_destination_error(url: str) -> str | None:
     return None
 
 
-def check_destination(url: str) -> None:
-    """Refuse `url` unless every address its host resolves to is public. Run-time check.
+@dataclass(frozen=True)
+class Destination:
+    """Where a URL's request goes: the host as named (for Host, SNI and the
+    certificate check), its port, and the addresses checked for it, in answer
+    order (connect to these and nothing else)."""
 
-    Resolves the host with `resolve` (blocking, like the HTTP client's own
-    lookup); a localhost name is refused without a lookup. Does nothing when JOBS_ALLOW_PRIVATE_DESTINATIONS
-    is true. Raises PermanentError when the URL is unusable or any resolved
-    address is not public (`is_public_address`), RetryableError when the name
-    does not resolve (DNS failures may be transient, as a connection error
-    is). DNS rebinding between this check and the connect is not covered:
-    see the module docstring.
+    host: str
+    port: int
+    addresses: tuple[str, ...]
+
+
+def resolve_destination(url: str) -> Destination:
+    """Resolve `url`'s host once and check every answer. Run-time check.
+
+    Returns the Destination to connect to (jobs.kinds.outbound pins the
+    connection to its addresses). Unless JOBS_ALLOW_PRIVATE_DESTINATIONS is
+    true, raises PermanentError when the URL is unusable, the host is a
+    localhost name (refused without a lookup) or any answer is not public
+    (`is_public_address`): the whole name is refused, not just that answer.
+    Raises RetryableError when the name does not resolve (DNS failures may be
+    transient, as a connection error is).
     """
-    if private_destinations_allowed():
-        return
     try:
         host, port = _host_and_port(url)
     except ValueError as exc:
-        raise PermanentError(f"destination {url!r}: {exc}") from exc
-    if _is_localhost_name(host):
+        raise PermanentError(f"destination is not a usable URL: {exc}") from exc
+    allowed = private_destinations_allowed()
+    if not allowed and _is_localhost_name(host):
         raise PermanentError(
             f"destination {host!r} is a loopback name; private destinations are not allowed"
         )
     try:
-        addresses = resolve(host, port)
+        addresses = [host] if _is_ip_literal(host) else resolve(host, port)
     except (socket.gaierror, UnicodeError) as exc:
         raise RetryableError(f"cannot resolve {host!r}: {exc}") from exc
-    refused = _non_public(addresses) if addresses else ["no addresses"]
+    if not addresses:
+        raise RetryableError(f"cannot resolve {host!r}: no addresses")
+    refused = [] if allowed else _non_public(addresses)
     if refused:
         raise PermanentError(
             f"destination {host!r} resolves to a non-public address ({', '.join(refused)}); "
             "private destinations are not allowed (JOBS_ALLOW_PRIVATE_DESTINATIONS)"
         )
+    return Destination(host=host, port=port, addresses=tuple(addresses))

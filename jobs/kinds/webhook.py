@@ -10,8 +10,9 @@ same on every attempt; `X-Job-Attempt` tells attempts apart.
 Client `headers` are validated at submit time (RFC 9110 §5.1, §5.5, §5.6.2):
 names are tokens, values are latin-1 text without control characters, and
 the framing, hop-by-hop and platform headers are ours (RESERVED_HEADERS).
-Destinations are checked against private addresses (jobs.kinds.netguard)
-unless settings.JOBS_ALLOW_PRIVATE_DESTINATIONS is true.
+The request goes only to an address checked against private addresses
+(jobs.kinds.outbound, jobs.kinds.netguard) unless
+settings.JOBS_ALLOW_PRIVATE_DESTINATIONS is true; the name is resolved once.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import requests
 from django.core.validators import URLValidator
 from rest_framework import serializers
 
-from jobs.kinds import netguard
+from jobs.kinds import netguard, outbound
 from jobs.kinds.base import AttemptContext, Kind, PermanentError, RetryableError
 from jobs.kinds.registry import register
 from jobs.policy import Policy
@@ -196,7 +197,6 @@ class WebhookDeliver(Kind):
             reason = header_name_error(name, allow_reserved=True) or header_value_error(value)
             if reason:
                 raise PermanentError(f"header {name!r}: {reason}")
-        netguard.check_destination(payload["url"])
         headers = {
             **payload["headers"],
             "Content-Type": "application/json",
@@ -206,13 +206,12 @@ class WebhookDeliver(Kind):
         }
         started = time.monotonic()
         try:
-            with requests.post(
+            with outbound.request(
+                "POST",
                 payload["url"],
                 json=payload["body"],
                 headers=headers,
                 timeout=(payload["connect_timeout"], payload["read_timeout"]),
-                allow_redirects=False,
-                stream=True,
             ) as response:
                 snippet = response.raw.read(MAX_RESPONSE_BYTES, decode_content=True) or b""
         except requests.Timeout as exc:

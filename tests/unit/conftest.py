@@ -20,8 +20,11 @@ import redis
 from django.test import override_settings
 from django.utils import timezone
 
+from devstack import netns
+from devstack.rebinding_dns import RebindingResolver
 from devstack.receiver import WebhookReceiver
 from devstack.services import RedisServer, free_port
+from tests.unit.ssrf_hosts import SsrfHosts, ssrf_hosts_started
 
 SHARED_REDIS_PORT = 6379
 
@@ -267,3 +270,38 @@ def transport_client(role_redis: RedisServer) -> Iterator[redis.Redis]:
         for pool in (channel.pool, channel.async_pool):
             assert issubclass(pool.connection_class, UnavailableIsDisconnect)
         yield channel.client
+
+
+# -- hosts for the SSRF tests: real servers inside a network namespace --------
+
+
+@pytest.fixture(scope="module")
+def _ssrf_hosts() -> Iterator[SsrfHosts]:
+    reason = netns.available()
+    if reason:
+        pytest.skip(reason)
+    with ssrf_hosts_started() as hosts:
+        yield hosts
+
+
+@pytest.fixture
+def ssrf_hosts(_ssrf_hosts: SsrfHosts, settings: Any) -> SsrfHosts:
+    """The module's SSRF hosts with no hits recorded; private destinations refused."""
+    settings.JOBS_ALLOW_PRIVATE_DESTINATIONS = False
+    _ssrf_hosts.clear()
+    return _ssrf_hosts
+
+
+@pytest.fixture
+def rebinding_dns() -> Iterator[Callable[..., Any]]:
+    """rebinding_dns({name: [[first answer], [later answers]]}) -> an installed RebindingResolver."""
+    installed: list[RebindingResolver] = []
+
+    def install(answers: dict[str, list[list[str]]]) -> RebindingResolver:
+        resolver = RebindingResolver(answers).install()
+        installed.append(resolver)
+        return resolver
+
+    yield install
+    for resolver in reversed(installed):
+        resolver.uninstall()

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from jobs.kinds import PermanentError, RetryableError, netguard
+from jobs.kinds import PermanentError, RetryableError
 from jobs.kinds.csv_summary import MAX_REDIRECTS, CsvSummary
+from tests.unit.ssrf_hosts import PUBLIC_ADDRESS, SsrfHosts
 
 SMALL_CSV = "name,age\nalice,30\nbob,\ncarol,40\ndave,50\n"
 
@@ -186,26 +187,23 @@ def test_csv_summary_url_private_destination_is_permanent_when_restricted(
 
 
 def test_csv_summary_url_redirect_to_private_destination_is_refused(
-    csv_http: CsvHttp,
-    tmp_path: Path,
+    ssrf_hosts: SsrfHosts,
+    rebinding_dns: Callable[..., Any],
     attempt_context: Callable[..., Any],
-    settings: Any,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # given a source that redirects to a loopback name, and a run-time check
-    # that passes the source (127.0.0.1 pretends to resolve to a public address)
-    (tmp_path / "data.csv").write_text(SMALL_CSV)
-    port = csv_http.url.rsplit(":", 1)[1]
-    source = f"{csv_http.url}/redirect?to=http://localhost:{port}/data.csv"
+    # given a public source that redirects to a loopback name
+    # (real servers in a namespace: tests/unit/ssrf_hosts.py)
+    rebinding_dns({"csv.example.test": [[PUBLIC_ADDRESS]]})
+    port = ssrf_hosts.port
+    path = f"/redirect?to=http://localhost:{port}/data.csv"
     kind = CsvSummary()
-    payload = kind.validate_payload({"source": source})
-    settings.JOBS_ALLOW_PRIVATE_DESTINATIONS = False
-    monkeypatch.setattr(netguard, "resolve", lambda host, port: ["93.184.216.34"])
+    payload = kind.validate_payload({"source": f"http://csv.example.test:{port}{path}"})
 
     # then the redirect target is refused before it is requested
     with pytest.raises(PermanentError, match="loopback name"):
-        kind.run(payload, attempt_context())
-    assert csv_http.paths == [source.removeprefix(csv_http.url)]
+        ssrf_hosts.run(kind.run, payload, attempt_context())
+    assert [h["path"] for h in ssrf_hosts.public.hits] == [path]
+    assert ssrf_hosts.internal_hits() == []
 
 
 # --- bounded memory ---------------------------------------------------------

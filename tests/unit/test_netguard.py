@@ -135,81 +135,88 @@ def test_literal_check_off_when_private_destinations_allowed(settings: Any) -> N
     assert netguard.literal_destination_error("http://127.0.0.1:6379/") is None
 
 
-# --- run-time check ----------------------------------------------------------
+# --- run-time check: resolve once, check every answer ----------------------------------------------------------
 
 
-def test_check_destination_refuses_a_name_resolving_to_loopback(
+def test_resolve_destination_refuses_a_name_resolving_to_loopback(
     restricted: None, fake_dns: Callable[..., list[str]]
 ) -> None:
     fake_dns({"hooks.example.test": ["127.0.0.1"]})
 
     with pytest.raises(PermanentError, match=r"resolves to a non-public address \(127\.0\.0\.1\)"):
-        netguard.check_destination("http://hooks.example.test:6379/")
+        netguard.resolve_destination("http://hooks.example.test:6379/")
 
 
-def test_check_destination_refuses_when_any_answer_is_private(
+def test_resolve_destination_refuses_when_any_answer_is_private(
     restricted: None, fake_dns: Callable[..., list[str]]
 ) -> None:
     fake_dns({"mixed.example.test": ["93.184.216.34", "::ffff:10.0.0.7"]})
 
     with pytest.raises(PermanentError, match=r"::ffff:10\.0\.0\.7"):
-        netguard.check_destination("https://mixed.example.test/hook")
+        netguard.resolve_destination("https://mixed.example.test/hook")
 
 
-def test_check_destination_passes_public_answers(
+def test_resolve_destination_passes_public_answers(
     restricted: None, fake_dns: Callable[..., list[str]]
 ) -> None:
     lookups = fake_dns({"public.example.test": ["93.184.216.34", "2606:4700:4700::1111"]})
 
-    netguard.check_destination("https://public.example.test/hook")
+    destination = netguard.resolve_destination("https://public.example.test/hook")
 
     assert lookups == ["public.example.test"]
+    assert destination == netguard.Destination(
+        host="public.example.test", port=443, addresses=("93.184.216.34", "2606:4700:4700::1111")
+    )
 
 
-def test_check_destination_resolves_the_host_requests_connects_to(
+def test_resolve_destination_resolves_the_host_requests_connects_to(
     restricted: None, fake_dns: Callable[..., list[str]]
 ) -> None:
     # IDNA-encoded and lower-cased, as requests sends it; userinfo ignored.
     lookups = fake_dns({"xn--bcher-kva.example.test": ["93.184.216.34"]})
 
-    netguard.check_destination("http://user:pw@BÜCHER.example.test:8080/x")
+    netguard.resolve_destination("http://user:pw@BÜCHER.example.test:8080/x")
 
     assert lookups == ["xn--bcher-kva.example.test"]
 
 
-def test_check_destination_refuses_literal_loopback_without_fake_dns(restricted: None) -> None:
+def test_resolve_destination_refuses_literal_loopback_without_fake_dns(restricted: None) -> None:
     with pytest.raises(PermanentError, match="non-public"):
-        netguard.check_destination("http://127.0.0.1:6379/")
+        netguard.resolve_destination("http://127.0.0.1:6379/")
 
 
-def test_check_destination_refuses_localhost_without_lookup(
+def test_resolve_destination_refuses_localhost_without_lookup(
     restricted: None, fake_dns: Callable[..., list[str]]
 ) -> None:
     lookups = fake_dns({})
 
     with pytest.raises(PermanentError, match="loopback name"):
-        netguard.check_destination("http://localhost:6379/")
+        netguard.resolve_destination("http://localhost:6379/")
     assert lookups == []
 
 
-def test_check_destination_unresolvable_name_is_retryable(
+def test_resolve_destination_unresolvable_name_is_retryable(
     restricted: None, fake_dns: Callable[..., list[str]]
 ) -> None:
     fake_dns({})
 
     with pytest.raises(RetryableError, match="cannot resolve"):
-        netguard.check_destination("http://nowhere.example.test/")
+        netguard.resolve_destination("http://nowhere.example.test/")
 
 
-def test_check_destination_off_when_private_destinations_allowed(
+def test_resolve_destination_allows_private_answers_when_allowed(
     settings: Any, fake_dns: Callable[..., list[str]]
 ) -> None:
+    # Still resolved once and pinned: only the check is off.
     settings.JOBS_ALLOW_PRIVATE_DESTINATIONS = True
-    lookups = fake_dns({})
+    lookups = fake_dns({"hooks.example.test": ["10.0.0.7"]})
 
-    netguard.check_destination("http://127.0.0.1:6379/")
+    literal = netguard.resolve_destination("http://127.0.0.1:6379/")
+    named = netguard.resolve_destination("http://hooks.example.test/")
 
-    assert lookups == []
+    assert literal.addresses == ("127.0.0.1",)
+    assert named.addresses == ("10.0.0.7",)
+    assert lookups == ["hooks.example.test"]  # a literal address is never looked up
 
 
 def test_guard_defaults_to_refusing_when_setting_is_missing(settings: Any) -> None:
