@@ -189,3 +189,27 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.job_id}: {self.outcome or 'running'}"
+
+
+class RateWindow(models.Model):
+    """Requests counted for one rate-limit key in one fixed window (jobs.services.rate_windows).
+
+    `window_start` is the window's start in whole seconds since the epoch;
+    the row is of no use after `expires_at`, the window's end.
+    """
+
+    key = models.CharField(max_length=200)
+    window_start = models.BigIntegerField()
+    hits = models.PositiveIntegerField(default=0)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["key", "window_start"], name="jobs_ratewindow_unique_key"
+            )
+        ]
+        indexes = [models.Index(fields=["expires_at"], name="jobs_ratewindow_expires_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.key} from {self.window_start}: {self.hits}"

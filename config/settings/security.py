@@ -28,7 +28,7 @@ JOBS_TRUSTED_PROXY_COUNT: int = env.int("JOBS_TRUSTED_PROXY_COUNT", default=0)
 # "N/d"; "off" lifts one. Per token (the authenticated user), per client address
 # (every request), and failed authentications per client address (a wrong or
 # malformed token: past the limit the address gets 429 before its token is
-# even looked up). Each is a window of the last second / minute / ...
+# even looked up). Each counts in fixed windows of a second / minute / ...
 JOBS_API_RATE_PER_TOKEN: str = env.str("JOBS_API_RATE_PER_TOKEN", default="50/s")
 JOBS_API_RATE_PER_ADDRESS: str = env.str("JOBS_API_RATE_PER_ADDRESS", default="100/s")
 JOBS_API_AUTH_FAILURE_RATE: str = env.str("JOBS_API_AUTH_FAILURE_RATE", default="20/m")
@@ -44,22 +44,9 @@ API_THROTTLE_RATES: dict[str, str | None] = {
     "auth_failure": _rate(JOBS_API_AUTH_FAILURE_RATE),
 }
 
-# The throttles' counters live in the database, shared by every gunicorn
-# worker and host (never per-process memory, never the broker): Django's
-# DatabaseCache in the table below, created by migration jobs 0009.
-# MAX_ENTRIES bounds the table: past it, expired rows and then a third of
-# the rest are culled (a culled counter starts again at 0).
-# https://docs.djangoproject.com/en/5.2/topics/cache/#database-caching
-THROTTLE_CACHE_ALIAS = "throttle"
-THROTTLE_CACHE_TABLE = "jobs_throttle_cache"
-CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-    THROTTLE_CACHE_ALIAS: {
-        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
-        "LOCATION": THROTTLE_CACHE_TABLE,
-        "OPTIONS": {"MAX_ENTRIES": 100_000, "CULL_FREQUENCY": 3},
-    },
-}
+# The throttles count in the database (jobs.services.rate_windows, table
+# jobs_ratewindow), shared by every gunicorn worker and host: never in
+# per-process memory, never on the broker.
 
 # Admin login lockout (django-axes, its own tables): after FAILURE_LIMIT
 # failed logins from one client address, that address cannot log in, even

@@ -7,13 +7,13 @@ every request that reaches DRF), and failed token authentications per client
 address (`auth_failure`). DRF authenticates before it throttles, so a wrong
 token would never reach the first two: TokenAuthentication below checks the
 failure limit first and counts each failure. Past any limit the answer is
-429 with Retry-After, in the API's error shape (jobs.api.errors).
+429 with Retry-After (the rest of the window), in the API's error shape
+(jobs.api.errors).
 
-Counters are DRF's sliding windows (a list of request times per key) in
-Django's DatabaseCache, shared by every process and host. DRF reads and
-writes a window without a lock, so under concurrent requests from one key
-a few more than the limit may pass; the limit holds to within the number
-of requests in flight at once.
+The throttles are DRF's (rates parsed by SimpleRateThrottle, checked by
+APIView.check_throttles); only their counting is ours: exact fixed-window
+counters in the database, shared by every process and host
+(jobs.services.rate_windows, which says why not DRF's cache-based windows).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from django.conf import settings
-from django.core.cache import BaseCache, caches
 from django.http import HttpRequest
 from rest_framework import authentication, exceptions, throttling
 from rest_framework.settings import api_settings
+
+from jobs.services.rate_windows import rate_window_hit, rate_window_hits
 
 
 def client_address(request: HttpRequest) -> str:
@@ -46,21 +46,34 @@ def client_address(request: HttpRequest) -> str:
 
 
 class DatabaseRateThrottle(throttling.SimpleRateThrottle):
-    """SimpleRateThrottle over the database cache, keyed by `client_address`.
+    """A DRF throttle counting in the database (jobs.services.rate_windows), keyed by
+    `client_address` unless a subclass keys otherwise.
 
     The rate is read when the throttle is made (per request), so a changed
-    setting applies at once; a rate of None lifts the limit.
+    setting applies at once; a rate of None lifts the limit. A refused
+    request counts too: a client that keeps hammering stays refused until
+    the window ends.
     """
 
-    @property
-    def cache(self) -> BaseCache:
-        return caches[settings.THROTTLE_CACHE_ALIAS]
+    left: float = 0.0
 
     def get_rate(self) -> str | None:
         return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
 
     def get_ident(self, request: Any) -> str:
         return client_address(request)
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        if self.rate is None:
+            return True
+        key = self.get_cache_key(request, view)
+        if key is None:
+            return True
+        hits, self.left = rate_window_hit(key=key, duration=self.duration)
+        return hits <= self.num_requests
+
+    def wait(self) -> float:
+        return max(self.left, 1.0)
 
 
 class TokenRateThrottle(DatabaseRateThrottle):
@@ -93,19 +106,13 @@ class AuthFailureThrottle(DatabaseRateThrottle):
         """Seconds to wait when the address used up its failures, else None (nothing counted)."""
         if self.rate is None:
             return None
-        self.key = self.get_cache_key(request, None)
-        self.history = self.cache.get(self.key, [])
-        self.now = self.timer()
-        while self.history and self.history[-1] <= self.now - self.duration:
-            self.history.pop()
-        if len(self.history) < self.num_requests:
-            return None
-        return self.wait() or 1.0
+        key = self.get_cache_key(request, None)
+        hits, left = rate_window_hits(key=key, duration=self.duration)
+        return max(left, 1.0) if hits >= self.num_requests else None
 
     def record_failure(self, request: Any) -> None:
         """Count one failed authentication of the request's address."""
-        if self.rate is not None:
-            self.allow_request(request, None)
+        self.allow_request(request, None)
 
     def get_cache_key(self, request: Any, view: Any) -> str:
         return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
