@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 import time
@@ -41,6 +42,12 @@ USER_SCRIPT = (
 )
 # What nginx in front adds to every request (JOBS_TRUSTED_PROXY_COUNT=1).
 PROXY_HEADERS = {"X-Forwarded-Proto": "https", "X-Forwarded-For": "198.51.100.1"}
+# A log record at ERROR or above (LOGGING's "plain" format) or gunicorn's own;
+# not a fuzzed path that happens to contain the word.
+ERROR_LINE = re.compile(
+    r"^(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (?:ERROR|CRITICAL) |\[[^]]+\] \[\d+\] \[(?:ERROR|CRITICAL)\])",
+    re.MULTILINE,
+)
 
 
 def main() -> int:
@@ -94,7 +101,7 @@ def main() -> int:
         stack.stop(timeout=10)
         redis_server.stop()
         drop_database(name, admin_url=admin_url)
-    tracebacks, errors = log.count("Traceback"), log.count(" ERROR ")
+    tracebacks, errors = log.count("Traceback"), len(ERROR_LINE.findall(log))
     print(
         f"{time.monotonic() - started:.0f} s: {tally.summary()}; web log: "
         f"{tracebacks} tracebacks, {errors} ERROR lines"
