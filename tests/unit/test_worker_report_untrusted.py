@@ -68,9 +68,9 @@ def admin_client(client: Client, db: None) -> Client:
 
 
 def _plant(client: redis.Redis, name: str | bytes, raw: bytes) -> None:
-    key = worker_report.KEY_PREFIX.encode() + (name if isinstance(name, bytes) else name.encode())
-    client.set(key, raw, ex=60)
-    client.zadd(worker_report.INDEX_KEY, {name: time.time()})
+    member = name if isinstance(name, bytes) else name.encode()
+    client.set(worker_report.KEY_PREFIX.encode() + member, raw, ex=60)
+    client.zadd(worker_report.INDEX_KEY, {member: time.time()})
 
 
 @pytest.mark.parametrize("forged", FORGED + RAW, ids=lambda v: repr(v)[:40])
