@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo up observe test test-unit test-integration lint format bench clean fuzz
+.PHONY: install demo up observe test test-unit test-integration lint format bench clean fuzz fuzz-production
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,9 @@ bench: $(STAMP)  ## the platform against stock Celery and hand-written baselines
 
 fuzz: $(STAMP)  ## 10,000 generated requests against a live API (bench/fuzz_api.py)
 	$(BIN)/python -m bench.fuzz_api --requests 10000
+
+fuzz-production: $(STAMP)  ## schemathesis over /api/schema/, 5,000 requests, production settings behind a proxy (bench/fuzz_production.py)
+	$(BIN)/python -m bench.fuzz_production --requests 5000
 
 clean:
 	rm -rf var db.sqlite3 db.sqlite3-wal db.sqlite3-shm

@@ -52,6 +52,10 @@ def one_run(*, jobs: int, concurrency: int, fail: bool, logdir: Path) -> tuple[f
             "OTEL_SDK_DISABLED": "true",
             "JOBS_RETRY_BUDGET_RATIO": "1000",
             "JOBS_RETRY_BUDGET_FLOOR": "1000000",
+            # One token submits thousands of jobs a second: far above the API's
+            # default rate limits (config/settings/security.py), still counted.
+            "JOBS_API_RATE_PER_TOKEN": "10000/s",
+            "JOBS_API_RATE_PER_ADDRESS": "10000/s",
             # Failing attempts retry far in the future: each job is attempted once.
             "JOBS_KIND_OVERRIDES": json.dumps(
                 {

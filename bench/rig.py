@@ -130,6 +130,10 @@ class Rig:
                 "JOBS_SCHEDULER_METRICS_PORT": str(free_port()),
                 # Backpressure must not refuse the benchmark's own backlog.
                 "JOBS_QUEUE_MAX_READY": "10000000",
+                # One token submits thousands of jobs a second: far above the API's
+                # default rate limits (config/settings/security.py), still counted.
+                "JOBS_API_RATE_PER_TOKEN": "10000/s",
+                "JOBS_API_RATE_PER_ADDRESS": "10000/s",
                 **(env or {}),
             },
             logdir=self.logdir,

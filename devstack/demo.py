@@ -229,6 +229,10 @@ def run_demo() -> int:
                     # 20%: retries it cannot place within 30 s (default 300 s) go dead
                     # with reason `budget` now, so the demo shows the budget, briefly.
                     "JOBS_RETRY_BUDGET_MAX_DEFERRAL": "30",
+                    # One token submits thousands of jobs a second: far above the API's
+                    # default rate limits (config/settings/security.py), still counted.
+                    "JOBS_API_RATE_PER_TOKEN": "10000/s",
+                    "JOBS_API_RATE_PER_ADDRESS": "10000/s",
                     "LOG_LEVEL": "INFO",
                     # Its own metrics directories and port: never clash with `make up`.
                     "JOBS_METRICS_DIR": str(DEMO_DIR / "metrics"),

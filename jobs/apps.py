@@ -9,5 +9,5 @@ class JobsConfig(AppConfig):
 
     def ready(self) -> None:
         # Importing the kinds package registers every built-in kind.
-        from jobs import checks, db_deadline, kinds  # noqa: F401 - db_deadline: every connection
+        from jobs import checks, db_deadline, kinds, receivers, security_checks  # noqa: F401 - db_deadline: every connection  # noqa: F401 - receivers and checks register
         from observability import signals  # noqa: F401 - connects the telemetry receivers

@@ -42,3 +42,18 @@ class InvalidTransition(JobsError):
     """The job's current status does not allow the requested change."""
 
     field = "status"
+
+
+class JobNotFound(JobsError):
+    """No job with that id that the caller may see (jobs.ownership): the same for both."""
+
+    field = "path"
+
+    def __init__(self, message: str = "No job with that id.") -> None:
+        super().__init__(message)
+
+
+class ActionNotPermitted(JobsError):
+    """The caller sees the job but may not change it (staff without `jobs.change_job`)."""
+
+    field = "Authorization"

@@ -95,12 +95,23 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # Idempotency keys are scoped per submitter and kind. A unique index
+        # treats NULLs as distinct, so jobs without a submitter (management
+        # commands, the Python API without a user) get a constraint of their
+        # own. Both are partial: jobs without a key never conflict. Created
+        # without locking writes (migration 0008). When a user is deleted their
+        # jobs' keys are cleared (jobs.receivers), so SET_NULL cannot collide.
         constraints = [
             models.UniqueConstraint(
+                fields=["kind", "created_by", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False, created_by__isnull=False),
+                name="jobs_job_unique_idem_key_per_submitter",
+            ),
+            models.UniqueConstraint(
                 fields=["kind", "idempotency_key"],
-                condition=Q(idempotency_key__isnull=False),
-                name="jobs_job_unique_idempotency_key_per_kind",
-            )
+                condition=Q(idempotency_key__isnull=False, created_by__isnull=True),
+                name="jobs_job_unique_idem_key_no_submitter",
+            ),
         ]
         indexes = [
             # Scheduler: due retries.
@@ -109,7 +120,8 @@ class Job(models.Model):
             models.Index(
                 fields=["status", "published_at", "enqueued_at"], name="jobs_job_outbox_idx"
             ),
-            # List API filters.
+            # List API filters; a user who sees only their own jobs (jobs.ownership).
+            models.Index(fields=["created_by", "created_at"], name="jobs_job_owner_created_idx"),
             models.Index(fields=["kind", "status", "created_at"], name="jobs_job_kind_status_idx"),
             models.Index(fields=["status", "created_at"], name="jobs_job_status_created_idx"),
             # Admin list: newest first (Django adds -pk for a stable order), and
@@ -177,3 +189,27 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.job_id}: {self.outcome or 'running'}"
+
+
+class RateWindow(models.Model):
+    """Requests counted for one rate-limit key in one fixed window (jobs.services.rate_windows).
+
+    `window_start` is the window's start in whole seconds since the epoch;
+    the row is of no use after `expires_at`, the window's end.
+    """
+
+    key = models.CharField(max_length=200)
+    window_start = models.BigIntegerField()
+    hits = models.PositiveIntegerField(default=0)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["key", "window_start"], name="jobs_ratewindow_unique_key"
+            )
+        ]
+        indexes = [models.Index(fields=["expires_at"], name="jobs_ratewindow_expires_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.key} from {self.window_start}: {self.hits}"

@@ -17,7 +17,7 @@ from django.db import connection
 from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 
-from jobs import broker, clock
+from jobs import broker, clock, ownership
 from jobs.models import Attempt, Job, JobStatus
 from jobs.services.publish_stamps import stamp_grace_seconds
 
@@ -33,19 +33,32 @@ def job_get(*, job_id: uuid.UUID | str) -> Job | None:
     return Job.objects.prefetch_related("attempts").filter(id=job_id).first()
 
 
+def job_get_for(*, user: Any, job_id: uuid.UUID | str) -> Job | None:
+    """job_get, for `user`: None also when the job is not theirs to see (jobs.ownership)."""
+    try:
+        job_id = uuid.UUID(str(job_id))
+    except ValueError:
+        return None
+    jobs = ownership.visible_jobs(Job.objects.filter(id=job_id), user=user)
+    return jobs.prefetch_related("attempts").first()
+
+
 def job_list(
     *,
+    user: Any,
     status: str | None = None,
     kind: str | None = None,
     queue: str | None = None,
     ordering: str = "-created_at",
 ) -> QuerySet[Job]:
-    """Jobs filtered by status, kind and queue, in `ordering` (a Job field, "-" for descending).
+    """The jobs `user` may see (jobs.ownership), filtered by status, kind and queue, in
+    `ordering` (a Job field, "-" for descending).
 
     Ties are broken by id, so pages never overlap. Each filter has an index
-    that keeps the created_at order (jobs.models.Job.Meta.indexes).
+    that keeps the created_at order (jobs.models.Job.Meta.indexes); a user
+    who sees only their own jobs walks jobs_job_owner_created_idx.
     """
-    qs = Job.objects.all()
+    qs = ownership.visible_jobs(Job.objects.all(), user=user)
     if status:
         qs = qs.filter(status=status)
     if kind:

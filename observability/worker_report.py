@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from typing import Any
@@ -93,7 +94,8 @@ def write_report(client: Any, report: dict[str, Any], *, ttl: float) -> None:
 
 
 def read_reports(client: Any, *, max_age: float) -> list[dict[str, Any]]:
-    """Live reports (newer than `max_age` seconds), newest first, at most MAX_WORKERS.
+    """Live reports (newer than `max_age` seconds), newest first, at most MAX_WORKERS,
+    each checked by `parse_report` (a report that is not one is left out).
 
     Raises redis.RedisError when Redis cannot be read.
     """
@@ -102,14 +104,91 @@ def read_reports(client: Any, *, max_age: float) -> list[dict[str, Any]]:
     )
     if not names:
         return []
+    prefix = KEY_PREFIX.encode()
+    keys = [prefix + (n if isinstance(n, bytes) else str(n).encode()) for n in names]
     reports = []
-    for raw in client.mget([KEY_PREFIX + n.decode() for n in names]):
-        if raw:
-            try:
-                reports.append(json.loads(raw))
-            except ValueError:
-                continue
+    for raw in client.mget(keys):
+        report = parse_report(raw)
+        if report is not None:
+            reports.append(report)
     return reports
+
+
+# --- reports are untrusted input ---------------------------------------------
+# Anyone who can write to the broker's Redis can write a report. The admin
+# overview must show what is sound and drop the rest, never fail: every field
+# is checked for its type and bounds here, at the one place reports are read.
+MAX_REPORT_BYTES = 1_000_000
+MAX_CHILDREN = 1000
+MAX_REASONS = 50
+MAX_TEXT = 255
+MAX_COUNT = 2**63 - 1  # a BIGINT; also far inside float's range (the charts' widths)
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative integer within MAX_COUNT, else None (bools, floats, strings are not)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
+        return value
+    return None
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, str) and value and len(value) <= MAX_TEXT:
+        return value
+    return None
+
+
+def _child(value: Any) -> dict[str, Any] | None:
+    if not isinstance(value, dict):
+        return None
+    pid, rss, threads = (_count(value.get(k)) for k in ("pid", "rss_bytes", "threads"))
+    if pid is None or rss is None or threads is None:
+        return None
+    owned = value.get("owned_bytes")
+    return {"pid": pid, "rss_bytes": rss, "threads": threads, "owned_bytes": _count(owned)}
+
+
+def _recycled(value: Any) -> dict[str, int]:
+    if not isinstance(value, dict) or len(value) > MAX_REASONS:
+        return {}
+    counts = {reason: _count(n) for reason, n in value.items() if _text(reason) is not None}
+    return {reason: n for reason, n in counts.items() if n is not None}
+
+
+def _children(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        return []
+    children = (_child(c) for c in value[:MAX_CHILDREN])
+    return [c for c in children if c is not None]
+
+
+def parse_report(raw: Any) -> dict[str, Any] | None:
+    """The report in `raw` (JSON text or bytes) with only sound fields, or None.
+
+    None when `raw` is not JSON of an object with a hostname. Children
+    without an integer pid, RSS and thread count are dropped; a limit or
+    count that is not a non-negative integer reads 0; `recycled` keeps the
+    reasons with a count; at most MAX_CHILDREN children and MAX_REASONS
+    reasons are read.
+    """
+    if not isinstance(raw, bytes | str) or not raw or len(raw) > MAX_REPORT_BYTES:
+        return None
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deeply
+        return None
+    if not isinstance(value, dict) or _text(value.get("hostname")) is None:
+        return None
+    at = value.get("at")
+    finite = isinstance(at, float) and math.isfinite(at)
+    return {
+        "hostname": value["hostname"],
+        "at": at if finite else float(_count(at) or 0),
+        "children": _children(value.get("children")),
+        "main_rss_bytes": _count(value.get("main_rss_bytes")) or 0,
+        "max_memory_per_child_bytes": _count(value.get("max_memory_per_child_bytes")) or 0,
+        "recycled": _recycled(value.get("recycled")),
+    }
 
 
 class ReportWriter(threading.Thread):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from config.env import BASE_DIR, env
+from config.settings import security
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
@@ -19,11 +20,16 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    # Admin login lockout (config/settings/security.py).
+    "axes",
     "jobs",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before anything reads the body: a declared Content-Length over the limit
+    # is answered 413 at once (jobs.body_limit).
+    "jobs.body_limit.DeclaredBodyLimitMiddleware",
     # Before any view: a NUL in a query parameter would reach PostgreSQL (500).
     "jobs.middleware.RefuseNulInQueryMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -34,6 +40,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # A dropped database connection answers 503 + Retry-After, not 500.
     "jobs.middleware.DatabaseUnavailableMiddleware",
+    # Last, as django-axes asks: turns a locked-out login into its 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -102,10 +110,18 @@ STATIC_ROOT = env.path("DJANGO_STATIC_ROOT", default=BASE_DIR / "var" / "static"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        # DRF's TokenAuthentication, with failed attempts limited per client address.
+        "jobs.api.throttling.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # https://www.django-rest-framework.org/api-guide/throttling/
+    "DEFAULT_THROTTLE_CLASSES": [
+        "jobs.api.throttling.TokenRateThrottle",
+        "jobs.api.throttling.AddressRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": security.API_THROTTLE_RATES,
+    "NUM_PROXIES": security.JOBS_TRUSTED_PROXY_COUNT,
     "DEFAULT_PARSER_CLASSES": ["jobs.api.parsers.BoundedJSONParser"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
@@ -133,3 +149,4 @@ LOGGING = {
 
 from config.settings.celery import *  # noqa: E402,F403
 from config.settings.jobs import *  # noqa: E402,F403
+from config.settings.security import *  # noqa: E402,F403

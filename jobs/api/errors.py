@@ -19,9 +19,11 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from jobs import events
 from jobs.errors import (
+    ActionNotPermitted,
     IdempotencyConflict,
     InvalidSubmission,
     InvalidTransition,
+    JobNotFound,
     JobsError,
     QueueFull,
 )
@@ -82,6 +84,12 @@ def domain_error_response(exc: JobsError) -> Response:
             errors=[{"field": "queue", "reason": str(exc)}],
             headers={"Retry-After": str(exc.retry_after)},
         )
+    if isinstance(exc, JobNotFound | ActionNotPermitted):
+        return error_response(
+            status_code=404 if isinstance(exc, JobNotFound) else 403,
+            detail=str(exc),
+            errors=[{"field": exc.field or "path", "reason": str(exc)}],
+        )
     if isinstance(exc, IdempotencyConflict | InvalidTransition):
         return error_response(
             status_code=409,
@@ -102,6 +110,8 @@ _FIELD_BY_STATUS = {
     status.HTTP_405_METHOD_NOT_ALLOWED: "method",
     status.HTTP_411_LENGTH_REQUIRED: "Content-Length",
     status.HTTP_415_UNSUPPORTED_MEDIA_TYPE: "Content-Type",
+    # A rate limit of the token or the client's address (jobs.api.throttling).
+    status.HTTP_429_TOO_MANY_REQUESTS: "client",
 }
 
 
@@ -165,6 +175,8 @@ def _shaped_response(exc: Exception, context: dict) -> Response | None:
     _record_rejection(exc, context, response.status_code)
     if isinstance(exc, JobsError):
         return response
+    if isinstance(exc, exceptions.Throttled) and not response.has_header("Retry-After"):
+        response["Retry-After"] = "1"  # DRF leaves it out when no throttle gave a wait
     if isinstance(exc, exceptions.ValidationError):
         errors = _field_errors(exc.detail)
         response.data = {"detail": "Invalid request.", "errors": errors}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -22,6 +21,7 @@ from jobs.api.serializers import (
     JobSerializer,
     JobSubmitSerializer,
 )
+from jobs.errors import JobNotFound
 from jobs.models import Job, JobStatus
 
 
@@ -34,7 +34,8 @@ class JobPagination(PageNumberPagination):
 
 
 class JobViewSet(viewsets.GenericViewSet):
-    """Submit, list, inspect, cancel and requeue jobs."""
+    """Submit, list, inspect, cancel and requeue jobs: the caller's own, or every job for
+    staff with the permissions (jobs.ownership)."""
 
     serializer_class = JobSerializer
     pagination_class = JobPagination
@@ -49,6 +50,7 @@ class JobViewSet(viewsets.GenericViewSet):
         query.is_valid(raise_exception=True)
         params = query.validated_data
         return selectors.job_list(
+            user=self.request.user,
             status=params.get("status"),
             kind=params.get("kind"),
             queue=params.get("queue"),
@@ -56,9 +58,10 @@ class JobViewSet(viewsets.GenericViewSet):
         )
 
     def _get_job(self, pk: str) -> Job:
-        job = selectors.job_get(job_id=pk)
+        # Another user's job is "no job with that id" (jobs.ownership).
+        job = selectors.job_get_for(user=self.request.user, job_id=pk)
         if job is None:
-            raise Http404("No job with that id.")
+            raise JobNotFound()
         return job
 
     @extend_schema(
@@ -116,8 +119,7 @@ class JobViewSet(viewsets.GenericViewSet):
     @extend_schema(request=None, responses=JobSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
-        self._get_job(pk)
-        services.job_cancel(job_id=pk, actor=request.user, via="API")
+        services.job_cancel_for(user=request.user, job_id=pk, via="API")
         return Response(JobSerializer(self._get_job(pk), context={"request": request}).data)
 
     @extend_schema(
@@ -129,6 +131,5 @@ class JobViewSet(viewsets.GenericViewSet):
     )
     @action(detail=True, methods=["post"])
     def requeue(self, request: Request, pk: str) -> Response:
-        self._get_job(pk)
-        services.job_requeue(job_id=pk, actor=request.user, via="API")
+        services.job_requeue_for(user=request.user, job_id=pk, via="API")
         return Response(JobSerializer(self._get_job(pk), context={"request": request}).data)

@@ -23,6 +23,7 @@ from jobs.kinds.registry import UnknownKind, get_kind, kind_names, policy_for, r
 
 if settings.JOBS_FAULT_KINDS:
     for _fault_kind in (
+        *flaky.DEMO_KINDS,
         *faults.FAULT_KINDS,
         *leaky.LEAK_KINDS,
         *memory_hog.MEMORY_KINDS,

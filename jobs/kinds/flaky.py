@@ -1,4 +1,9 @@
-"""`demo.flaky`: fails its first `fail_times` attempts with a retryable error, then succeeds."""
+"""`demo.flaky`: fails its first `fail_times` attempts with a retryable error, then succeeds.
+
+A demo kind (up to 600 s of sleep, 10,000 planned failures a job): registered
+with the fault kinds, only when settings.JOBS_FAULT_KINDS is true (off in
+production).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,6 @@ from typing import Any
 from rest_framework import serializers
 
 from jobs.kinds.base import AttemptContext, Kind, RetryableError
-from jobs.kinds.registry import register
 from jobs.policy import Policy
 
 
@@ -17,7 +21,6 @@ class FlakyPayload(serializers.Serializer):
     sleep_seconds = serializers.FloatField(min_value=0, max_value=600, default=0)
 
 
-@register
 class Flaky(Kind):
     name = "demo.flaky"
     payload_serializer = FlakyPayload
@@ -31,3 +34,6 @@ class Flaky(Kind):
         if ctx.attempt <= payload["fail_times"]:
             raise RetryableError(f"planned failure {ctx.attempt} of {payload['fail_times']}")
         return {"attempt": ctx.attempt}
+
+
+DEMO_KINDS: tuple[type[Kind], ...] = (Flaky,)

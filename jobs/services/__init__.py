@@ -2,7 +2,8 @@
 
 Submit, publish, start and finish attempts, promote retries, sweep the
 outbox and expired leases, republish jobs whose message vanished, cancel,
-requeue and retry now. Every state change follows
+requeue and retry now (the `_for` variants on behalf of a user, under
+jobs.ownership's rule). Every state change follows
 DESIGN.md ("Job lifecycle", "Retries") and happens inside a transaction that
 locks the job row, so concurrent workers, the scheduler and the API never
 interleave on one job.
@@ -28,6 +29,7 @@ from jobs.services.outcomes import (
     outcomes_drain,
     outcomes_drain_local,
 )
+from jobs.services.ownership import job_cancel_for, job_requeue_for, job_retry_now_for
 from jobs.services.records import (
     RETRYABLE_OUTCOMES,
     AttemptEnd,
@@ -65,8 +67,11 @@ __all__ = [
     "outbox_sweep",
     "retries_promote_due",
     "job_cancel",
+    "job_cancel_for",
     "job_requeue",
+    "job_requeue_for",
     "job_retry_now",
+    "job_retry_now_for",
     "job_action_record",
     "requeue_max_attempts",
     "outcome_spool",

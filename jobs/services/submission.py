@@ -103,7 +103,8 @@ def job_submit(
     (unknown kind; bad payload, queue or priority; a payload or key that
     cannot be stored: nested deeper than settings.JOBS_JSON_MAX_DEPTH, a
     lone surrogate, NUL or a non-finite number), IdempotencyConflict (key
-    reused with another request) or QueueFull (backpressure). Nothing is
+    reused by the same submitter, `user` or none, for another request of
+    this kind) or QueueFull (backpressure). Nothing is
     written when it raises.
     """
     try:
@@ -128,8 +129,9 @@ def job_submit(
         raise InvalidSubmission({"priority": ["Must be an integer from 0 (first) to 9 (last)."]})
     fingerprint = request_fingerprint(kind=kind, queue=queue, payload=validated, priority=priority)
 
+    submitter = user if getattr(user, "is_authenticated", False) else None
     if idempotency_key:
-        existing = Job.objects.filter(kind=kind, idempotency_key=idempotency_key).first()
+        existing = _same_key(kind=kind, key=idempotency_key, submitter=submitter)
         if existing is not None:
             return _idempotent_match(existing, fingerprint)
 
@@ -152,7 +154,7 @@ def job_submit(
         idempotency_key=idempotency_key or None,
         request_fingerprint=fingerprint,
         enqueued_at=now,
-        created_by=user if getattr(user, "is_authenticated", False) else None,
+        created_by=submitter,
         trace_parent=tracing.current_traceparent(),
     )
     try:
@@ -183,8 +185,12 @@ def job_submit(
                 transaction.on_commit(lambda: events.job_submitted.send(sender=Job, job=job))
     except IntegrityError:
         # Lost a race with a concurrent submission of the same key.
-        existing = Job.objects.filter(kind=kind, idempotency_key=idempotency_key).first()
-        if idempotency_key and existing is not None:
+        existing = (
+            _same_key(kind=kind, key=idempotency_key, submitter=submitter)
+            if idempotency_key
+            else None
+        )
+        if existing is not None:
             return _idempotent_match(existing, fingerprint)
         raise
     if logger.isEnabledFor(logging.INFO):
@@ -217,6 +223,19 @@ def _insert_returning_clock(job: Job) -> datetime:
     job._state.adding = False
     job._state.db = "default"
     return row[0]
+
+
+def _same_key(*, kind: str, key: str, submitter: Any) -> Job | None:
+    """The job `submitter` (None: no submitter) already submitted with this kind and key.
+
+    Keys are scoped per submitter and kind (README "Security model"): another
+    user's job with the same key is never returned, so no answer names it.
+    One of the two partial unique indexes of jobs.models.Job answers it.
+    """
+    jobs = Job.objects.filter(kind=kind, idempotency_key=key)
+    if submitter is None:
+        return jobs.filter(created_by__isnull=True).first()
+    return jobs.filter(created_by=submitter).first()
 
 
 def _idempotent_match(existing: Job, fingerprint: str) -> SubmitResult:

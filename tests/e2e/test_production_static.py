@@ -61,6 +61,9 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Web]:
             "JOBS_METRICS_DIR": str(workdir / "metrics"),
             "OTEL_SDK_DISABLED": "true",
             "LOG_LEVEL": "WARNING",
+            # Plain HTTP on loopback, with no TLS proxy in front: production
+            # redirects to HTTPS by default (test_production_settings covers it).
+            "DJANGO_SECURE_SSL_REDIRECT": "false",
         },
         logdir=workdir / "logs",
     )

@@ -160,14 +160,26 @@ def fuzz_queries(
 
 
 def fuzz_schema(
-    base_url: str, token: str, *, examples: int, tally: Tally, seed: int | None
+    base_url: str,
+    token: str,
+    *,
+    examples: int,
+    tally: Tally,
+    seed: int | None,
+    headers: dict[str, str] | None = None,
 ) -> None:
-    """Schemathesis over `/api/schema/`: `examples` cases per mode (positive, negative)."""
+    """Schemathesis over `/api/schema/`: `examples` cases per mode (positive, negative).
+
+    `headers` go with every request (e.g. what a reverse proxy would add).
+    """
     import schemathesis
     from schemathesis import GenerationMode
 
-    schema = schemathesis.openapi.from_url(f"{base_url}/api/schema/", timeout=HTTP_TIMEOUT)
+    schema = schemathesis.openapi.from_url(
+        f"{base_url}/api/schema/", timeout=HTTP_TIMEOUT, headers=headers or {}
+    )
     with requests.Session() as session:
+        session.headers.update(headers or {})
         session.headers["Authorization"] = f"Token {token}"
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             run = _schema_run(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import tempfile
 import uuid
@@ -53,6 +54,13 @@ BASE_ENV = {
     # A retry budget that never refuses (floor of a million retries per window):
     # tests of other things retry freely; budget tests set their own.
     "JOBS_RETRY_BUDGET_FLOOR": "1000000",
+    # API rate limits far above what tests send (the fuzzers and concurrency
+    # tests send hundreds of requests a second from one token and address, and
+    # schemathesis sends malformed Authorization headers, which count as failed
+    # authentications). test_rate_limits sets the limits it tests itself.
+    "JOBS_API_RATE_PER_TOKEN": "10000/s",
+    "JOBS_API_RATE_PER_ADDRESS": "10000/s",
+    "JOBS_API_AUTH_FAILURE_RATE": "10000/s",
 }
 
 TERMINAL = frozenset({"succeeded", "dead", "cancelled"})
@@ -137,6 +145,18 @@ class Platform:
     def row_count(self) -> int:
         """Rows in the jobs table, counted in the database itself."""
         return self.scalar("SELECT count(*) FROM jobs_job")
+
+    def create_users(self, users: dict[str, dict[str, Any]]) -> dict[str, str]:
+        """Create users {name: {"staff": bool, "perms": [codename], "password": str}}
+        in one `manage.py shell`; returns {name: API token}."""
+        out = self.stack.run(
+            ["python", "manage.py", "shell", "-c", _USERS_SCRIPT % json.dumps(users)],
+            timeout=120,
+        ).stdout
+        for line in out.splitlines():
+            if line.startswith("TOKENS="):
+                return json.loads(line.removeprefix("TOKENS="))
+        raise RuntimeError(f"no tokens in manage.py shell output:\n{out}")
 
     def log_tails(self, chars: int = 3000) -> str:
         """The end of every process log, for assertion messages."""
@@ -233,13 +253,34 @@ class PlatformFactory:
         self.exits.close()
 
 
+# The integration user is an operator: staff with jobs.view_job and
+# jobs.change_job, so it sees and acts on every job (jobs.ownership), also
+# those submitted by commands or other users. test_ownership makes users
+# without them.
 _TOKEN_SCRIPT = """
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 user, _ = get_user_model().objects.get_or_create(
     username="integration", defaults={"is_staff": True}
 )
+user.user_permissions.add(*Permission.objects.filter(codename__in=["view_job", "change_job"]))
 print("TOKEN=" + Token.objects.get_or_create(user=user)[0].key)
+"""
+
+
+_USERS_SCRIPT = """
+import json
+from django.contrib.auth.models import Permission, User
+from rest_framework.authtoken.models import Token
+tokens = {}
+for name, spec in json.loads(%r).items():
+    user = User.objects.create_user(
+        name, password=spec.get("password"), is_staff=spec.get("staff", False)
+    )
+    user.user_permissions.add(*Permission.objects.filter(codename__in=spec.get("perms", [])))
+    tokens[name] = Token.objects.create(user=user).key
+print("TOKENS=" + json.dumps(tokens))
 """
 
 

@@ -83,8 +83,12 @@ def broker_redis(private_broker: RedisServer) -> redis.Redis:
 
 
 @pytest.fixture
-def job_factory(db: None) -> Callable[..., Any]:
-    """Create Job rows; keyword arguments override the defaults."""
+def job_factory(db: None, user: Any) -> Callable[..., Any]:
+    """Create Job rows; keyword arguments override the defaults.
+
+    Submitted by `user` (the one `api_client` authenticates as) unless
+    `created_by` says otherwise: the API shows a user only their own jobs.
+    """
     from jobs.models import Job, JobStatus
 
     counter = itertools.count(1)
@@ -98,6 +102,7 @@ def job_factory(db: None) -> Callable[..., Any]:
             "max_attempts": 5,
             "request_fingerprint": f"fingerprint-{next(counter)}",
             "enqueued_at": timezone.now(),
+            "created_by": user,
         }
         return Job.objects.create(**{**defaults, **fields})
 
