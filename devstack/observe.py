@@ -41,7 +41,7 @@ def run_observe() -> int:
         say(str(exc))
         return 1
     try:
-        for binary in ("prometheus", "prometheus-alertmanager"):
+        for binary in ("nginx", "prometheus", "prometheus-alertmanager"):
             say(f"{binary}: {ensure_binary(binary)}")
     except MissingBinary as exc:
         say(str(exc))

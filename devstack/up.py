@@ -27,7 +27,7 @@ import requests
 
 from config.env import env
 from devstack import ports as port_vars
-from devstack.debian import MissingBinary
+from devstack.debian import MissingBinary, ensure_binary
 from devstack.demo import ADMIN_USERNAME, DEFAULT_REDIS_URL, provision, say, shield_cleanup
 from devstack.nginx import NginxServer
 from devstack.processes import ROOT, Stack
@@ -86,7 +86,9 @@ def run_up() -> int:
     """Start the app, print its URLs, wait for Ctrl-C or SIGTERM; returns the exit code."""
     try:
         ports = port_vars.claim(port_vars.UP_PORTS)
-    except port_vars.PortError as exc:
+        # Before anything starts: installed with apt-get when missing (as root).
+        say(f"nginx: {ensure_binary('nginx')}")
+    except (port_vars.PortError, MissingBinary) as exc:
         say(str(exc))
         return 1
     rundir = ROOT / "var" / "up"
