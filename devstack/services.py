@@ -96,7 +96,8 @@ def start_daemon(
 
     When it exits early (`error`, with its log's end) or is not ready within
     `timeout` seconds (TimeoutError), the process is stopped by pid, then
-    `on_failure()` runs (the caller's own cleanup), and the error is raised.
+    `on_failure()` runs (the caller's own cleanup), and the error is raised;
+    so too when the wait is interrupted (Ctrl-C, SIGTERM as KeyboardInterrupt).
     """
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
@@ -115,7 +116,8 @@ def start_daemon(
             log=lambda: log_path.read_text(errors="replace"),
             error=error,
         )
-    except (TimeoutError, error):
+    except BaseException:
+        # Interrupted too: the caller never got the process, so it cannot stop it.
         stop_process(process)
         on_failure()
         raise

@@ -35,7 +35,7 @@ class Observed:
     platform: Platform
     prometheus: PrometheusServer
     sink: AlertSink
-    flower_url: str
+    flower_url: str  # Flower under its URL prefix, e.g. http://127.0.0.1:5555/flower
 
 
 def host_port(url: str) -> str:
@@ -65,9 +65,11 @@ def observed_platform(
             env={
                 "FLOWER_BASIC_AUTH": ":".join(FLOWER_AUTH),
                 "FLOWER_DB": str(workdir / "flower.db"),
+                # As compose and `make up` run it (prometheus.yml scrapes /flower/metrics).
+                "FLOWER_URL_PREFIX": "flower",
             },
         )
-        flower_url = f"http://127.0.0.1:{flower_port}"
+        flower_url = f"http://127.0.0.1:{flower_port}/flower"
 
         def flower_up() -> bool:
             if not flower.alive():

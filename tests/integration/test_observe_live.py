@@ -255,6 +255,6 @@ def test_flower_serves_metrics_without_credentials_and_its_ui_with_them(observed
     metrics = requests.get(f"{observed.flower_url}/metrics", timeout=HTTP_TIMEOUT)
     assert metrics.status_code == 200
     assert "# TYPE flower_events" in metrics.text, metrics.text[-500:]
-    assert requests.get(observed.flower_url, timeout=HTTP_TIMEOUT).status_code == 401
-    authorised = requests.get(observed.flower_url, auth=FLOWER_AUTH, timeout=HTTP_TIMEOUT)
+    assert requests.get(f"{observed.flower_url}/", timeout=HTTP_TIMEOUT).status_code == 401
+    authorised = requests.get(f"{observed.flower_url}/", auth=FLOWER_AUTH, timeout=HTTP_TIMEOUT)
     assert authorised.status_code == 200

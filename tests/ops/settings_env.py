@@ -15,6 +15,8 @@ from pathlib import Path
 from tests.ops.tools import ROOT
 
 SOURCES = (*sorted((ROOT / "config").rglob("*.py")), ROOT / "flowerconfig.py")
+# `make demo`, `make up` and `make observe` (their ports, the proxy's limits).
+DEVSTACK_SOURCES = tuple(sorted((ROOT / "devstack").rglob("*.py")))
 COMPOSE_ONLY_HEADER = "## docker-compose.yml only"
 _VARIABLE = re.compile(r"^(?P<commented>#\s*)?(?P<name>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
 REQUIRED = object()

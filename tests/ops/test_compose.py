@@ -8,18 +8,23 @@ docker-compose and read as YAML (anchors and merge keys resolved).
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import pytest
 
+from devstack.nginx import TEMPLATE, limits_from_env, placeholders
 from devstack.processes import procfile_commands
 from tests.ops.settings_env import env_example, reads
 from tests.ops.tools import PLATFORM, ROOT, load_yaml, require_binary, run
 
 COMPOSE = ROOT / "docker-compose.yml"
 APP_SERVICES = ("web", "worker", "scheduler", "flower")
-# What the app services may differ by, besides `command`: the ports they publish.
-APP_DIFFERENCES = {"command", "ports"}
+# What the app services may differ by: nothing but `command` (none publishes
+# a port: nginx is the public entry).
+APP_DIFFERENCES = {"command"}
+# Issue 18: the one service published on every interface; the rest on loopback.
+PUBLIC_SERVICE = "nginx"
 STORES = {
     "postgres": "/var/lib/postgresql/data",
     "redis": "/data",
@@ -92,7 +97,7 @@ def test_every_long_running_service_has_a_healthcheck(compose: dict) -> None:
     assert one_off == gated, (one_off, gated)
     expected = {
         "web", "worker", "scheduler", "flower", "migrate", "postgres", "redis", "prometheus",
-        "alertmanager", "grafana", "otel-collector", "jaeger", "jaeger-volume",
+        "alertmanager", "grafana", "otel-collector", "jaeger", "jaeger-volume", "nginx",
     }  # fmt: skip
     assert expected <= set(services)
     for name, service in services.items():
@@ -148,6 +153,10 @@ def test_prometheus_scrapes_the_compose_services_on_their_ports(compose: dict) -
         ("scheduler:9809", "scheduler"),
     }
     assert jobs["flower"]["static_configs"][0]["targets"] == ["flower:5555"]
+    # Flower serves under the prefix nginx routes (/flower/), its /metrics too
+    assert compose["x-app"]["environment"]["FLOWER_URL_PREFIX"] == "flower"
+    assert jobs["flower"]["metrics_path"] == "/flower/metrics"
+    assert jobs["celery"]["metrics_path"] == "/metrics"
     assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == [
         "alertmanager:9093"
     ]
@@ -167,3 +176,63 @@ def test_traces_flow_from_the_apps_through_the_collector_to_jaeger(compose: dict
     assert collector["exporters"][exporter]["endpoint"] == "jaeger:4317"
     assert "${OTEL_EXPORTER_OTLP_ENDPOINT:-http://otel-collector:4318}" in COMPOSE.read_text()
     assert compose["services"]["jaeger"]["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
+
+
+# Short-syntax `ports` entry: [address:]host port (a number or ${VAR:-default}):container port.
+PORT_ENTRY = re.compile(r"^(?:(?P<address>[0-9.]+):)?(?P<host>\$\{[^}]*\}|\d+):(?P<container>\d+)$")
+
+
+def published(service: dict) -> list[tuple[str, str, str]]:
+    """(host address or "", host port, container port) of each `ports` entry."""
+    entries = []
+    for entry in service.get("ports", []):
+        match = PORT_ENTRY.match(str(entry))
+        assert match, f"ports entry not in short syntax: {entry!r}"
+        entries.append((match["address"] or "", match["host"], match["container"]))
+    return entries
+
+
+def test_only_the_proxy_is_public_and_everything_else_is_on_loopback(compose: dict) -> None:
+    services = compose["services"]
+    # given every published port of the stack
+    for name, service in services.items():
+        for address, _, _ in published(service):
+            if name == PUBLIC_SERVICE:
+                # then the proxy alone listens on every interface
+                assert address == "", f"{name}: {address}"
+            else:
+                # and Prometheus, Alertmanager, Grafana and Jaeger only on loopback
+                assert address == "127.0.0.1", f"{name} is published on {address or 'all'}"
+    for name in APP_SERVICES:
+        assert "ports" not in services[name], f"{name} publishes {services[name]['ports']}"
+    assert published(services[PUBLIC_SERVICE]) == [("", "${JOBS_PUBLIC_PORT:-8000}", "8000")]
+    loopback = {name for name, s in services.items() if published(s) and name != PUBLIC_SERVICE}
+    assert loopback == {"prometheus", "alertmanager", "grafana", "jaeger"}
+
+
+def test_the_proxy_renders_the_shipped_template_with_devstacks_defaults(
+    compose: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = compose["services"][PUBLIC_SERVICE]
+    environment = proxy["environment"]
+    # given the template the nginx image renders (envsubst of defined variables only)
+    assert "./platform/nginx/templates:/etc/nginx/templates:ro" in proxy["volumes"]
+    assert TEMPLATE.parent == PLATFORM / "nginx" / "templates"
+    # then compose defines every placeholder, so none is left for nginx to refuse
+    assert placeholders(TEMPLATE.read_text()) == set(environment)
+    assert environment["NGINX_WEB_UPSTREAM"] == "web:8000"
+    assert environment["NGINX_FLOWER_UPSTREAM"] == "flower:5555"
+    assert environment["NGINX_LISTEN"] == "8000"
+    # and the operator's limits default as `make up`'s do (devstack.nginx)
+    for name in ("JOBS_MAX_REQUEST_BYTES", *limits_from_env()):
+        monkeypatch.delenv(name, raising=False)
+    defaults = {}
+    for name, value in environment.items():
+        match = re.fullmatch(r"\$\{(\w+):-([^}]*)\}", str(value))
+        if match:
+            defaults[name] = match[2]
+    assert defaults == limits_from_env()
+    # and the body limit is the API's own (one knob: JOBS_MAX_REQUEST_BYTES)
+    assert environment["NGINX_CLIENT_MAX_BODY_SIZE"] == "${JOBS_MAX_REQUEST_BYTES:-262144}"
+    # and the app trusts exactly that one proxy's X-Forwarded-For entry
+    assert str(compose["x-app"]["environment"]["JOBS_TRUSTED_PROXY_COUNT"]) == "1"

@@ -19,8 +19,9 @@ def container_argv(argv: list[str]) -> list[str]:
 
 
 def test_probe_url_follows_each_procfile_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    # given the compose environment's listen settings
+    # given the compose environment's listen settings (Flower under /flower/, behind nginx)
     monkeypatch.setenv("WEB_BIND", "0.0.0.0:8000")
+    monkeypatch.setenv("FLOWER_URL_PREFIX", "flower")
     for variable in ("JOBS_WORKER_METRICS_PORT", "JOBS_SCHEDULER_METRICS_PORT", "FLOWER_PORT"):
         monkeypatch.delenv(variable, raising=False)
     commands = procfile_commands()
@@ -29,9 +30,13 @@ def test_probe_url_follows_each_procfile_process(monkeypatch: pytest.MonkeyPatch
         "web": "http://127.0.0.1:8000/healthz",
         "worker": "http://127.0.0.1:9808/metrics",
         "scheduler": "http://127.0.0.1:9809/metrics",
-        "flower": "http://127.0.0.1:5555/healthcheck",
+        "flower": "http://127.0.0.1:5555/flower/healthcheck",
     }
     assert {name: probe_url(container_argv(argv)) for name, argv in commands.items()} == expected
+    # and a Flower served at the root (no prefix) is probed there
+    monkeypatch.setenv("FLOWER_URL_PREFIX", "")
+    flower = container_argv(commands["flower"])
+    assert probe_url(flower) == "http://127.0.0.1:5555/healthcheck"
     with pytest.raises(ValueError, match="no healthcheck"):
         probe_url(["/usr/local/bin/python", "manage.py", "migrate"])
 
