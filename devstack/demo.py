@@ -50,6 +50,11 @@ def say(message: str) -> None:
     print(f"[devstack] {message}", file=sys.stderr, flush=True)
 
 
+def token_export(token: str) -> str:
+    """The line to paste into a shell for the README's curl examples: `export TOKEN=<token>`."""
+    return f"export TOKEN={token}"
+
+
 def signal_as_interrupt(signum: int, frame: FrameType | None) -> None:
     """Signal handler: a SIGTERM (or SIGINT) stops the devstack as Ctrl-C does."""
     raise KeyboardInterrupt
@@ -209,6 +214,8 @@ def run_demo() -> int:
     """The whole demo; returns the exit code (0: every job settled and the counts add up)."""
     started = time.monotonic()
     deadline = started + DEMO_DEADLINE_SECONDS
+    # SIGINT too: started in the background, a process inherits SIGINT ignored.
+    signal.signal(signal.SIGINT, signal_as_interrupt)
     signal.signal(signal.SIGTERM, signal_as_interrupt)
     shutil.rmtree(DEMO_DIR, ignore_errors=True)
     DEMO_DIR.mkdir(parents=True)
@@ -287,6 +294,8 @@ def run_demo() -> int:
 
 def run_up() -> int:
     """Web, worker, scheduler and Flower with no workload, until Ctrl-C or SIGTERM."""
+    # SIGINT too: started in the background, a process inherits SIGINT ignored.
+    signal.signal(signal.SIGINT, signal_as_interrupt)
     signal.signal(signal.SIGTERM, signal_as_interrupt)
     password = env.str("DEVSTACK_ADMIN_PASSWORD", default="admin")
     flower_auth = env.str("FLOWER_BASIC_AUTH", default="admin:admin")
@@ -328,13 +337,15 @@ def run_up() -> int:
             f"\nadmin:  http://127.0.0.1:{web_port}/admin/  "
             f"(login {ADMIN_USERNAME} / {password})\n"
             f"api:    http://127.0.0.1:{web_port}/api/jobs/  "
-            f"(header 'Authorization: Token {token}')\n"
+            "(header 'Authorization: Token $TOKEN', TOKEN as below)\n"
             f"docs:   http://127.0.0.1:{web_port}/api/docs/\n"
             f"flower: http://127.0.0.1:{flower_port}/  (basic auth {flower_auth})\n"
             f"metrics: http://127.0.0.1:{web_port}/metrics (web, queues)  "
             f"http://127.0.0.1:{worker_metrics_port}/metrics (worker)  "
             f"http://127.0.0.1:{scheduler_metrics_port}/metrics (scheduler, workers up)\n"
-            f"logs:   {stack.logdir.relative_to(ROOT)}/   Ctrl-C stops everything.\n",
+            f"logs:   {stack.logdir.relative_to(ROOT)}/   Ctrl-C stops everything.\n"
+            "\nPaste this line into your shell for the README's curl examples:\n"
+            f"{token_export(token)}\n",
             flush=True,
         )
         return watch(stack)
