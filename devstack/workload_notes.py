@@ -13,6 +13,7 @@ whether that was intended.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from devstack.workload import (
@@ -61,13 +62,15 @@ def on_purpose(mix: Mix, *, budget: Budget, webhook_attempts: int, flaky_attempt
     )
 
 
-def dead_reasons(found: Counter, mix: Mix, *, budget: Budget) -> str:
-    """One line per dead reason in the table (and per reason the demo arranges): its count,
-    what it means here, and whether it was intended."""
+def dead_reasons(by_kind: Mapping[str, Counter], mix: Mix, *, budget: Budget) -> str:
+    """One line per dead reason in the table (and per reason the demo arranges): its count, by
+    kind, what it means here, and whether it was intended. `by_kind`: {kind: Counter of dead
+    reasons}."""
     meaning = {
         DeadReason.BUDGET: (
-            "the retry budget found no slot within "
-            f"{seconds_text(budget.max_deferral)}: the failing webhooks, intended",
+            f"the retry budget found no slot within {seconds_text(budget.max_deferral)}: a "
+            "kind's retries beyond its budget (the failing webhooks; demo.flaky's too when its "
+            "retries crowd a window), intended",
             None,
         ),
         DeadReason.ERROR: (
@@ -75,21 +78,25 @@ def dead_reasons(found: Counter, mix: Mix, *, budget: Budget) -> str:
             mix.gone,
         ),
         DeadReason.EXHAUSTED: (
-            f"every attempt failed: the demo.flaky jobs failing {EXHAUSTED_FAIL_TIMES} times, "
-            f"intended ({mix.flaky_exhausted}), plus any webhook that failed every attempt",
-            mix.flaky_exhausted,
+            f"every attempt failed: the demo.flaky jobs failing {EXHAUSTED_FAIL_TIMES} times "
+            f"({mix.flaky_exhausted}, unless the budget ended them first) and any webhook "
+            "that failed all its attempts, intended",
+            None,
         ),
     }
+    found: Counter = sum(by_kind.values(), Counter())
     reasons = sorted({*found, *meaning})
     width = max(len(str(reason)) for reason in reasons)
     lines = ["", "Dead reasons in the table:"]
     for reason in reasons:
         text, expected = meaning.get(
-            reason, ("not part of the demo: see var/demo/logs/ and the job's last error", 0)
+            reason, ("not part of the demo: see var/demo/logs/ and the job's last error", None)
         )
         count = found.get(reason, 0)
-        flag = "" if expected is None or count >= expected else f"; {expected} expected"
+        kinds = ", ".join(f"{kind} {c[reason]}" for kind, c in sorted(by_kind.items()) if c[reason])
+        flag = f"; {expected} expected" if expected is not None and count != expected else ""
         if reason not in meaning and count:
             flag = "; NOT INTENDED"
-        lines.append(f"- dead: {str(reason):<{width}} {count:>4}  {text}{flag}")
+        where = f" ({kinds})" if kinds else ""
+        lines.append(f"- dead: {str(reason):<{width}} {count:>4}{where}  {text}{flag}")
     return "\n".join(lines)

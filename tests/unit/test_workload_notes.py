@@ -21,31 +21,34 @@ def test_on_purpose_names_the_failure_share_the_budget_and_its_shortened_deferra
     assert "3 jobs are cancelled" in text
 
 
-def test_dead_reasons_explain_the_intended_ones_and_flag_the_rest() -> None:
+def test_dead_reasons_explain_the_intended_ones_by_kind_and_flag_the_rest() -> None:
     # given the table of a run: budget and error deaths as arranged, one poison death
-    found = Counter({"budget": 95, "error": 12, "exhausted": 2, "poison": 1})
+    found = {
+        "webhook.deliver": Counter({"budget": 93, "error": 12, "exhausted": 1}),
+        "demo.flaky": Counter({"budget": 2, "exhausted": 2, "poison": 1}),
+    }
 
     lines = dead_reasons(found, Mix(), budget=BUDGET).splitlines()
 
-    # then each reason has its line with its count and cause; only poison is not intended
+    # then each reason has its line with its count, by kind, and cause; only poison is not intended
     assert lines[:2] == ["", "Dead reasons in the table:"]
     by_reason = {line.split()[2]: line for line in lines[2:]}
     assert set(by_reason) == {"budget", "error", "exhausted", "poison"}
     assert (
-        "95  the retry budget found no slot within 30 s: the failing webhooks, intended"
-        in (by_reason["budget"])
+        "95 (demo.flaky 2, webhook.deliver 93)  the retry budget found no slot within 30 s"
+        in by_reason["budget"]
     )
     assert (
-        "12  a non-retryable error: the webhooks answered 410, intended (12)"
+        "12 (webhook.deliver 12)  a non-retryable error: the webhooks answered 410, "
         in (by_reason["error"])
     )
-    assert by_reason["exhausted"].endswith("plus any webhook that failed every attempt")
+    assert by_reason["exhausted"].endswith("all its attempts, intended")
     assert by_reason["poison"].endswith("NOT INTENDED")
     assert all("NOT INTENDED" not in by_reason[r] for r in ("budget", "error", "exhausted"))
 
 
 def test_dead_reasons_say_when_an_arranged_death_is_missing() -> None:
-    lines = dead_reasons(Counter({"budget": 3}), Mix(), budget=BUDGET)
+    lines = dead_reasons({"webhook.deliver": Counter({"budget": 3})}, Mix(), budget=BUDGET)
 
     assert "dead: error        0  a non-retryable error" in lines
     assert "; 12 expected" in lines

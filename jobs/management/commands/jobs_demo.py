@@ -111,7 +111,9 @@ class Command(BaseCommand):
                 flaky_attempts=policy_for("demo.flaky").max_attempts,
             )
             + "\n"
-            + workload_notes.dead_reasons(total.dead_reasons, mix, budget=budget)
+            + workload_notes.dead_reasons(
+                {kind: stats.dead_reasons for kind, stats in by_kind.items()}, mix, budget=budget
+            )
             + "\n"
         )
 
