@@ -48,6 +48,11 @@ def say(message: str) -> None:
     print(f"[devstack] {message}", file=sys.stderr, flush=True)
 
 
+def token_export(token: str) -> str:
+    """The line to paste into a shell for the README's curl examples: `export TOKEN=<token>`."""
+    return f"export TOKEN={token}"
+
+
 def signal_as_interrupt(signum: int, frame: FrameType | None) -> None:
     """Signal handler: a SIGTERM (or SIGINT) stops the devstack as Ctrl-C does."""
     raise KeyboardInterrupt
@@ -135,6 +140,8 @@ def run_demo() -> int:
     """The whole demo; returns the exit code (0: every job settled and the counts add up)."""
     started = time.monotonic()
     deadline = started + DEMO_DEADLINE_SECONDS
+    # SIGINT too: started in the background, a process inherits SIGINT ignored.
+    signal.signal(signal.SIGINT, signal_as_interrupt)
     signal.signal(signal.SIGTERM, signal_as_interrupt)
     shutil.rmtree(DEMO_DIR, ignore_errors=True)
     DEMO_DIR.mkdir(parents=True)

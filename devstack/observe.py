@@ -94,7 +94,9 @@ def run_observe() -> int:
                 "its API (Debian's has no web UI); notifications print here as [alert] lines",
             ),
         ]
-        print_links(links, footer=f"logs:   {(OBSERVE_DIR / 'logs').relative_to(ROOT)}/")
+        print_links(
+            links, footer=f"logs:   {(OBSERVE_DIR / 'logs').relative_to(ROOT)}/", token=app.token
+        )
         return watch(
             app.stack,
             {"nginx": app.proxy, "prometheus": prometheus, "alertmanager": alertmanager},

@@ -28,7 +28,14 @@ import requests
 from config.env import env
 from devstack import ports as port_vars
 from devstack.debian import MissingBinary, ensure_binary
-from devstack.demo import ADMIN_USERNAME, DEFAULT_REDIS_URL, provision, say, shield_cleanup
+from devstack.demo import (
+    ADMIN_USERNAME,
+    DEFAULT_REDIS_URL,
+    provision,
+    say,
+    shield_cleanup,
+    token_export,
+)
 from devstack.nginx import NginxServer
 from devstack.processes import ROOT, Stack
 from devstack.services import ensure_redis, wait_for
@@ -72,7 +79,11 @@ class App:
         own = {name: f"http://127.0.0.1:{port}" for name, port in self.ports.items()}
         return [
             Link("admin", self.public("/admin/"), f"login {ADMIN_USERNAME} / {self.password}"),
-            Link("api", self.public("/api/jobs/"), f"header 'Authorization: Token {self.token}'"),
+            Link(
+                "api",
+                self.public("/api/jobs/"),
+                "header 'Authorization: Token $TOKEN', TOKEN below",
+            ),
             Link("docs", self.public("/api/docs/")),
             Link("flower", self.public(f"/{FLOWER_PREFIX}/"), f"basic auth {self.flower_auth}"),
             Link("metrics", f"{own[port_vars.WEB]}/metrics", "web, queues: gunicorn's own port"),
@@ -95,7 +106,9 @@ def run_up() -> int:
 
     def up(cleanup: ExitStack) -> int:
         app = start_app(cleanup, ports=ports, rundir=rundir)
-        print_links(app.links(), footer=f"logs:   {rundir.relative_to(ROOT)}/logs/")
+        print_links(
+            app.links(), footer=f"logs:   {rundir.relative_to(ROOT)}/logs/", token=app.token
+        )
         return watch(app.stack, {"nginx": app.proxy})
 
     return serve("up", up)
@@ -155,15 +168,22 @@ def start_app(cleanup: ExitStack, *, ports: dict[str, int], rundir: Path) -> App
     return App(stack, proxy, ports, token, password, flower_auth)
 
 
-def print_links(links: list[Link], *, footer: str) -> None:
-    """Print one line per link (label, URL, note), then `footer` and how to stop, on stdout."""
+def print_links(links: list[Link], *, footer: str, token: str) -> None:
+    """Print one line per link (label, URL, note), `footer` and how to stop, then the
+    API token as a line to paste into a shell (`export TOKEN=…`), on stdout."""
     width = max(len(link.label) for link in links) + 2
     lines = [""]
     for link in links:
         label = f"{link.label}:" if link.label else ""
         note = f"  ({link.note})" if link.note else ""
         lines.append(f"{label:<{width}}{link.url}{note}")
-    lines += [f"{footer}   Ctrl-C stops everything.", ""]
+    lines += [
+        f"{footer}   Ctrl-C stops everything.",
+        "",
+        "Paste this line into your shell for the README's curl examples:",
+        token_export(token),
+        "",
+    ]
     print("\n".join(lines), flush=True)
 
 

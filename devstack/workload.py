@@ -98,14 +98,23 @@ class Mix:
         )
 
 
+# The receiver's /flaky answers a share FAIL_SHARE of deliveries with 5xx and a share
+# SLOW_SHARE after SLOW_SECONDS, past the webhooks' READ_TIMEOUT: those fail too.
+FAIL_SHARE, SLOW_SHARE, SLOW_SECONDS, READ_TIMEOUT = 0.2, 0.1, 2.0, 1.0
+# How often the jobs meant to die exhausted fail: more than any policy's max_attempts.
+EXHAUSTED_FAIL_TIMES = 50
+
+
 def plan_jobs(*, receiver_url: Callable[[str], str], csv_path: Path, mix: Mix) -> list[JobSpec]:
     """The jobs to submit, shuffled (seeded) so kinds interleave on the queue.
 
     Webhooks go to the receiver's /flaky (20% 5xx, 10% answered after 2 s
     against a 1 s read timeout: about 30% of deliveries fail) and /gone (410).
     """
-    flaky_url = receiver_url("/flaky?fail=0.2&slow=0.1&slow_seconds=2")
-    timeouts = {"connect_timeout": 1.0, "read_timeout": 1.0}
+    flaky_url = receiver_url(
+        f"/flaky?fail={FAIL_SHARE}&slow={SLOW_SHARE}&slow_seconds={SLOW_SECONDS:g}"
+    )
+    timeouts = {"connect_timeout": 1.0, "read_timeout": READ_TIMEOUT}
     specs = [
         JobSpec(
             "webhook.deliver",
@@ -123,10 +132,15 @@ def plan_jobs(*, receiver_url: Callable[[str], str], csv_path: Path, mix: Mix) -
     ]
     specs += [JobSpec("demo.flaky", {"fail_times": n % 4}) for n in range(mix.flaky)]
     # Fail more often than max_attempts allows: dead, reason "exhausted".
-    specs += [JobSpec("demo.flaky", {"fail_times": 50}) for _ in range(mix.flaky_exhausted)]
+    specs += [
+        JobSpec("demo.flaky", {"fail_times": EXHAUSTED_FAIL_TIMES})
+        for _ in range(mix.flaky_exhausted)
+    ]
     # Slow and failing, cancelled as soon as accepted: they cannot finish first.
     specs += [
-        JobSpec("demo.flaky", {"fail_times": 50, "sleep_seconds": 1.0}, cancel=True)
+        JobSpec(
+            "demo.flaky", {"fail_times": EXHAUSTED_FAIL_TIMES, "sleep_seconds": 1.0}, cancel=True
+        )
         for _ in range(mix.cancelled)
     ]
     random.Random(11).shuffle(specs)

@@ -29,6 +29,9 @@ Rules, in order:
    deferral, dead `budget`. A budget that could not be asked (Redis away)
    allows the retry with its backoff and the decision says so
    (`budget_fallback`).
+
+A retry's decision also says why the job will wait (`waiting`, a
+jobs.waiting reason with its detail), which the services store on the job.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from enum import StrEnum
 from jobs.budget import Reservation
 from jobs.models import AttemptOutcome, DeadReason
 from jobs.policy import Policy
+from jobs.waiting import Waiting, for_retry
 
 RETRYABLE_OUTCOMES = frozenset(
     {
@@ -68,7 +72,8 @@ class Decision:
     `budget_fallback` when the budget could not be asked (the retry kept its
     backoff); `budget_first_exhaustion` when this decision was the first of
     its budget window to find the budget spent (logged once per window).
-    A job dead by the budget has `dead_reason` "budget".
+    A job dead by the budget has `dead_reason` "budget". `waiting` says
+    why a retried job waits (None for `requeue` and `dead`).
     """
 
     action: Action
@@ -77,6 +82,7 @@ class Decision:
     budget_deferred: bool = False
     budget_fallback: bool = False
     budget_first_exhaustion: bool = False
+    waiting: Waiting | None = None
 
     @property
     def budget_exhausted(self) -> bool:
@@ -100,6 +106,7 @@ def decide(
     poison_after: int = 3,
     retry_after: float | None = None,
     budget: Callable[[float], Reservation] | None = None,
+    kind: str = "",
 ) -> Decision:
     """Decide what follows an attempt that ended with `outcome` (anything but succeeded).
 
@@ -109,7 +116,8 @@ def decide(
     `retry_after` the least delay in seconds the failure asked for.
     `budget` is called only when a retry would otherwise follow, with the
     backoff's delay in seconds, and returns the kind's retry budget's
-    Reservation (jobs.budget.reserve). Never raises.
+    Reservation (jobs.budget.reserve). `kind` names the job's kind in the
+    waiting detail. Never raises.
     """
     if outcome == AttemptOutcome.WORKER_LOST:
         if worker_losses >= poison_after:
@@ -125,11 +133,12 @@ def decide(
     if attempts_made >= max_attempts:
         return Decision(Action.DEAD, dead_reason=DeadReason.EXHAUSTED)
     delay = policy.retry_delay(attempts_made, retry_after=retry_after)
+    why = for_retry(kind=kind, delay=delay, retry_after=retry_after)
     if budget is None:
-        return Decision(Action.RETRY, delay_seconds=delay)
+        return Decision(Action.RETRY, delay_seconds=delay, waiting=why)
     slot = budget(delay)
     if slot.fallback:
-        return Decision(Action.RETRY, delay_seconds=delay, budget_fallback=True)
+        return Decision(Action.RETRY, delay_seconds=delay, budget_fallback=True, waiting=why)
     if not slot.granted:
         return Decision(
             Action.DEAD,
@@ -142,4 +151,10 @@ def decide(
         delay_seconds=delay + slot.added_seconds,
         budget_deferred=slot.deferred,
         budget_first_exhaustion=slot.first_exhaustion,
+        waiting=for_retry(
+            kind=kind,
+            delay=delay + slot.added_seconds,
+            retry_after=retry_after,
+            budget_added=slot.added_seconds,
+        ),
     )

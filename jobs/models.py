@@ -13,6 +13,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
+from jobs.waiting import DETAIL_MAX_CHARS, WaitingReason
+
 
 class JobStatus(models.TextChoices):
     QUEUED = "queued"
@@ -54,6 +56,8 @@ class Job(models.Model):
     Timestamps are UTC. `attempts_made` counts Attempt rows started;
     `next_attempt_at` is set while `retrying`; `lease_expires_at` bounds how
     long the current attempt may still be alive (hard limit + grace).
+    `waiting_reason` / `waiting_detail` say why a held-back job waits
+    (jobs.waiting); empty otherwise.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -89,6 +93,8 @@ class Job(models.Model):
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     dead_reason = models.CharField(max_length=16, choices=DeadReason, blank=True, default="")
+    waiting_reason = models.CharField(max_length=32, choices=WaitingReason, blank=True, default="")
+    waiting_detail = models.CharField(max_length=DETAIL_MAX_CHARS, blank=True, default="")
     created_by = models.ForeignKey(
         "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -7,11 +7,14 @@ nothing beyond the rows they show.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 
 from jobs.models import Attempt, Job, JobStatus
 
@@ -65,6 +68,14 @@ def age(value: datetime | None, now: datetime) -> str:
     return f"{int(s)} s"
 
 
+def until(value: datetime | None, now: datetime) -> str:
+    """A time to come: "2026-01-31 12:00:00.123 (in 52 s)"; "" for None; no "(in …)" once past."""
+    if value is None:
+        return ""
+    ahead = (value - now).total_seconds()
+    return at_ms(value) + (f" (in {age(now, value)})" if ahead >= 1 else "")
+
+
 def mib(value: int | None) -> str:
     """Bytes as MiB with one decimal ("61.3 MiB"), or "–"."""
     return "–" if value is None else f"{value / MIB:.1f} MiB"
@@ -75,6 +86,12 @@ def mib_delta(before: int | None, after: int | None) -> str:
     if before is None or after is None:
         return "–"
     return f"{(after - before) / MIB:+.1f} MiB"
+
+
+def breakable(text: str) -> SafeString:
+    """`text` escaped, with a line-break opportunity after each ".", "_" and "-" (kind and queue
+    names), so a narrow column wraps "webhook.deliver" as "webhook." / "deliver"."""
+    return mark_safe(re.sub(r"([._-])", r"\1<wbr>", escape(text)))  # escaped first
 
 
 def first_line(text: str, limit: int = 120) -> str:
@@ -113,7 +130,12 @@ def trace_ui_url() -> str:
 
 @dataclass(frozen=True)
 class AttemptRow:
-    """One attempt as the job page shows it; times already formatted."""
+    """One attempt as the job page shows it; times already formatted.
+
+    `run_time`: its start to its end; `wait`: before it (the previous
+    attempt's end, or the job's creation for attempt 1, to its start);
+    `next_delay`: the retry delay its failure chose for the next attempt.
+    """
 
     number: int
     outcome: str
@@ -121,9 +143,9 @@ class AttemptRow:
     pid: str
     started: str
     finished: str
-    duration: str
-    waited_before: str
-    planned_delay: str
+    run_time: str
+    wait: str
+    next_delay: str
     rss_before: str
     rss_after: str
     rss_growth: str
@@ -133,25 +155,29 @@ class AttemptRow:
     trace_url: str
 
 
-def attempt_rows(attempts: list[Attempt]) -> list[AttemptRow]:
-    """Rows for `attempts` (oldest first) with the gap each one waited after the previous.
+def _gap(start: datetime | None, end: datetime | None) -> float | None:
+    # Never negative: a job's creation is stamped by the web host's clock,
+    # attempts by the database's (jobs.clock); they may differ by milliseconds.
+    return max(0.0, (end - start).total_seconds()) if start and end else None
 
-    `waited_before` is the measured gap (previous finish to this start);
-    `planned_delay` is the backoff this attempt's failure chose for the next.
+
+def attempt_rows(
+    attempts: list[Attempt], *, created_at: datetime | None = None
+) -> list[AttemptRow]:
+    """Rows for `attempts` (oldest first, in number order); `created_at` is the job's creation.
+
+    The wait before attempt 1 is measured from `created_at`; before any
+    other, from the previous attempt's end (when that attempt is listed).
     """
     rows = []
     previous: Attempt | None = None
     for a in attempts:
-        duration = (
-            (a.finished_at - a.started_at).total_seconds()
-            if a.finished_at and a.started_at
-            else None
-        )
-        waited = (
-            (a.started_at - previous.finished_at).total_seconds()
-            if previous is not None and previous.finished_at and previous.number == a.number - 1
-            else None
-        )
+        if a.number == 1:
+            waited = _gap(created_at, a.started_at)
+        elif previous is not None and previous.number == a.number - 1:
+            waited = _gap(previous.finished_at, a.started_at)
+        else:
+            waited = None
         error = f"{a.error_type}: {a.error_message}" if a.error_type else a.error_message
         rows.append(
             AttemptRow(
@@ -161,9 +187,9 @@ def attempt_rows(attempts: list[Attempt]) -> list[AttemptRow]:
                 pid=str(a.worker_pid or "–"),
                 started=at_ms(a.started_at),
                 finished=at_ms(a.finished_at),
-                duration=seconds(duration),
-                waited_before=seconds(waited) if waited is not None else "",
-                planned_delay=seconds(a.retry_delay_seconds)
+                run_time=seconds(_gap(a.started_at, a.finished_at)),
+                wait=seconds(waited) if waited is not None else "",
+                next_delay=seconds(a.retry_delay_seconds)
                 if a.retry_delay_seconds is not None
                 else "",
                 rss_before=mib(a.rss_before_bytes),

@@ -32,9 +32,10 @@ LIST_FIELDS = (
     "attempts_made",
     "max_attempts",
     "created_at",
-    "started_at",
     "finished_at",
     "dead_reason",
+    "waiting_reason",
+    "waiting_detail",
 )
 ERROR_HEAD_CHARS = 300
 SEARCH_MAX_CHARS = 200

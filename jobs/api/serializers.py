@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from jobs.models import Attempt, Job, JobStatus
+from jobs.waiting import WaitingReason
 from observability.tracing import trace_id_from
 
 
@@ -93,13 +97,23 @@ class AttemptSerializer(serializers.ModelSerializer):
         ]
 
 
+class WaitingSerializer(serializers.Serializer):
+    """Why a held-back job waits (jobs.waiting); `until` is when it may go on, if known."""
+
+    reason = serializers.ChoiceField(choices=WaitingReason.choices)
+    detail = serializers.CharField()
+    until = serializers.DateTimeField(allow_null=True)
+
+
 class JobSerializer(serializers.ModelSerializer):
     """A job with its attempts.
 
     `last_error` is the error that explains the job's state; a succeeded job
     has none, and the error of an earlier attempt it recovered from is in
     `recovered_error` instead (and in that attempt's row). `trace_id` is the
-    trace of the request that submitted the job, which every attempt joins.
+    trace of the request that submitted the job, which every attempt joins
+    (empty unless the submitting process exports traces). `waiting` says why
+    a held-back job waits, or is null.
     """
 
     url = serializers.HyperlinkedIdentityField(view_name="jobs-api:job-detail", lookup_field="pk")
@@ -107,6 +121,19 @@ class JobSerializer(serializers.ModelSerializer):
     trace_id = serializers.SerializerMethodField()
     last_error = serializers.SerializerMethodField()
     recovered_error = serializers.SerializerMethodField()
+    waiting = serializers.SerializerMethodField()
+
+    @extend_schema_field(WaitingSerializer(allow_null=True))
+    def get_waiting(self, job: Job) -> dict[str, Any] | None:
+        if not job.waiting_reason:
+            return None
+        return WaitingSerializer(
+            {
+                "reason": job.waiting_reason,
+                "detail": job.waiting_detail,
+                "until": job.next_attempt_at,
+            }
+        ).data
 
     def get_trace_id(self, job: Job) -> str:
         return trace_id_from(job.trace_parent)
@@ -136,6 +163,7 @@ class JobSerializer(serializers.ModelSerializer):
             "started_at",
             "finished_at",
             "next_attempt_at",
+            "waiting",
             "result",
             "last_error",
             "recovered_error",

@@ -148,6 +148,7 @@ def decide_failure(
         max_attempts=max_attempts,
         retry_after=report.retry_after,
         budget=budget_for(kind, now=now),
+        kind=kind,
     )
     if decision.budget_first_exhaustion:
         log_budget_exhausted(kind)

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from jobs import clock, events
+from jobs import clock, events, waiting
 from jobs.decisions import Action, Decision
 from jobs.kinds import policy_for
 from jobs.models import Attempt, AttemptOutcome, Job, JobStatus
@@ -183,6 +183,7 @@ def _record_failure(job: Job, row: Attempt, report: AttemptReport, *, now: datet
             "next_attempt_at",
             "last_error",
             "lease_expires_at",
+            *waiting.apply(job, decision.waiting),
         ]
     )
     if job.is_terminal:

@@ -38,6 +38,7 @@ from django.db import connection
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from jobs import waiting
 from jobs.decisions import Decision
 from jobs.kinds import registry
 from jobs.models import Attempt, AttemptOutcome, Job, JobStatus
@@ -47,6 +48,7 @@ from jobs.services.attempt_sql_clauses import (
     FINISH_ATTEMPT_SET,
     FINISH_JOB_WHERE,
     JOB_TABLE,
+    START_NOT_WAITING,
     finish_job_set,
     retry_counted_where,
 )
@@ -111,7 +113,8 @@ WITH j AS (
         status = %(running)s,
         attempts_made = %(number)s,
         started_at = COALESCE(started_at, %(now)s),
-        lease_expires_at = %(now)s + make_interval(secs => (%(leases)s::jsonb ->> kind)::float8)
+        lease_expires_at = %(now)s + make_interval(secs => (%(leases)s::jsonb ->> kind)::float8),
+        {START_NOT_WAITING}
     WHERE id = %(job_id)s
       AND status = %(queued)s
       AND attempts_made = %(number)s - 1
@@ -284,6 +287,7 @@ def finish(
         "traceback": without_nul(report.traceback[-20_000:]),
         "rss": rss_bytes,
         "delay": decision.delay_seconds if decision is not None else None,
+        **waiting.fields(decision.waiting if retrying and decision is not None else None),
     }
     if _sqlite():
         found = attempt_sql_sqlite.finish(params)

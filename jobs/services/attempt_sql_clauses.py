@@ -23,7 +23,14 @@ def finish_job_set(result: str) -> str:
     dead_reason = CASE WHEN %(succeeded)s THEN dead_reason ELSE %(dead_reason)s END,
     next_attempt_at = CASE WHEN %(retrying)s THEN %(next_attempt_at)s ELSE next_attempt_at END,
     last_error = CASE WHEN %(succeeded)s THEN last_error ELSE %(last_error)s END,
-    lease_expires_at = NULL"""
+    lease_expires_at = NULL,
+    waiting_reason = %(waiting_reason)s,
+    waiting_detail = %(waiting_detail)s"""
+
+
+# A job that starts an attempt is no longer waiting (jobs.waiting).
+START_NOT_WAITING = """waiting_reason = '',
+    waiting_detail = ''"""
 
 
 # The finish applies only while the job runs this attempt and the attempt is unfinished.

@@ -25,6 +25,7 @@ from jobs.services.attempt_sql_clauses import (
     FINISH_ATTEMPT_SET,
     FINISH_JOB_WHERE,
     JOB_TABLE,
+    START_NOT_WAITING,
     finish_job_set,
     retry_counted_where,
 )
@@ -38,7 +39,8 @@ SET deliveries = deliveries + 1,
     status = %(running)s,
     attempts_made = %(number)s,
     started_at = COALESCE(started_at, %(now)s),
-    lease_expires_at = {_LEASE}
+    lease_expires_at = {_LEASE},
+    {START_NOT_WAITING}
 WHERE id = %(job_id)s
   AND status = %(queued)s
   AND attempts_made = %(number)s - 1

@@ -11,7 +11,7 @@ import psutil
 from django.conf import settings
 from django.db import transaction
 
-from jobs import budget, clock, events
+from jobs import budget, clock, events, waiting
 from jobs.kinds import policy_for
 from jobs.models import Attempt, AttemptOutcome, DeadReason, Job, JobStatus
 from jobs.policy import Policy
@@ -160,7 +160,15 @@ def attempt_start(
         job.lease_expires_at = now + timedelta(
             seconds=policy.hard_time_limit + settings.JOBS_LEASE_GRACE
         )
-        job.save(update_fields=["status", "attempts_made", "started_at", "lease_expires_at"])
+        job.save(
+            update_fields=[
+                "status",
+                "attempts_made",
+                "started_at",
+                "lease_expires_at",
+                *waiting.apply(job, None),
+            ]
+        )
         row = Attempt.objects.create(
             job=job,
             number=number,
@@ -202,7 +210,8 @@ def _held_by_retry_budget(job: Job, number: int, *, now: datetime) -> bool:
     if slot.granted:
         job.status = JobStatus.RETRYING
         job.next_attempt_at = datetime.fromtimestamp(slot.due, tz=UTC)
-        job.save(update_fields=["status", "next_attempt_at"])
+        held = waiting.held_by_budget(kind=job.kind, held=slot.due - now.timestamp())
+        job.save(update_fields=["status", "next_attempt_at", *waiting.apply(job, held)])
         # The retry now waits until the slot it was counted in: its start
         # there must be judged against that slot, not the due time it was
         # first given (else it is counted again at each start, each time
@@ -217,7 +226,7 @@ def _held_by_retry_budget(job: Job, number: int, *, now: datetime) -> bool:
         )
     else:
         job.status, job.dead_reason, job.finished_at = JobStatus.DEAD, DeadReason.BUDGET, now
-        job.save(update_fields=["status", "dead_reason", "finished_at"])
+        job.save(update_fields=["status", "dead_reason", "finished_at", *waiting.apply(job, None)])
         job_completed(job)
         logger.warning(
             "job dead job_id=%s kind=%s attempt=%s reason=budget: its retry started in a "

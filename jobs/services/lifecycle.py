@@ -24,7 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from jobs import selectors
+from jobs import selectors, waiting
 from jobs.errors import InvalidTransition
 from jobs.models import Job, JobStatus
 from jobs.services.attempt_close import job_completed
@@ -58,7 +58,15 @@ def job_cancel(*, job_id: uuid.UUID | str, actor: Any = None, via: str = "API") 
         job.finished_at = selectors.database_now()
         job.next_attempt_at = None
         job.lease_expires_at = None
-        job.save(update_fields=["status", "finished_at", "next_attempt_at", "lease_expires_at"])
+        job.save(
+            update_fields=[
+                "status",
+                "finished_at",
+                "next_attempt_at",
+                "lease_expires_at",
+                *waiting.apply(job, None),
+            ]
+        )
         job_completed(job)
         if was == JobStatus.RUNNING:
             transaction.on_commit(lambda: _signal_cancel(job.id))
@@ -83,7 +91,16 @@ def _queue_now(job: Job, fields: list[str]) -> None:
     job.next_attempt_at = None
     job.enqueued_at = selectors.database_now()
     job.published_at = None
-    job.save(update_fields=["status", "next_attempt_at", "enqueued_at", "published_at", *fields])
+    job.save(
+        update_fields=[
+            "status",
+            "next_attempt_at",
+            "enqueued_at",
+            "published_at",
+            *waiting.apply(job, None),
+            *fields,
+        ]
+    )
     transaction.on_commit(lambda: job_publish(job_id=job.id))
 
 

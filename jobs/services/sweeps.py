@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 
-from jobs import selectors
+from jobs import selectors, waiting
 from jobs.models import Job, JobStatus
 from jobs.services.submission import job_publish, jobs_publish
 from jobs.services.worker_loss import record_worker_lost
@@ -31,7 +31,11 @@ def retries_promote_due(*, now: datetime | None = None, limit: int = 500) -> int
         if not ids:
             return 0
         Job.objects.filter(id__in=ids, status=JobStatus.RETRYING).update(
-            status=JobStatus.QUEUED, next_attempt_at=None, enqueued_at=now, published_at=None
+            status=JobStatus.QUEUED,
+            next_attempt_at=None,
+            enqueued_at=now,
+            published_at=None,
+            **waiting.NOT_WAITING,
         )
         transaction.on_commit(lambda: jobs_publish(job_ids=ids))
     return len(ids)

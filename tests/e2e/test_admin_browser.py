@@ -62,7 +62,8 @@ def test_admin_staff_logs_in_and_filters_dead_jobs(
     page.wait_for_url(re.compile(r"status__exact=dead"))
 
     # then only dead jobs are listed, the three dead ones among them, coloured red
-    statuses = page.locator("#result_list td.field-status_badge").all_inner_texts()
+    # (the badge; the dead reason is on the line under it)
+    statuses = page.locator("#result_list td.field-status_badge .job-status").all_inner_texts()
     assert statuses
     assert set(statuses) == {"dead"}
     ids = page.locator("#result_list th.field-short_id").all_inner_texts()
@@ -71,6 +72,8 @@ def test_admin_staff_logs_in_and_filters_dead_jobs(
         "e => getComputedStyle(e).backgroundColor"
     )
     assert colour == "rgb(198, 40, 40)"
+    reasons = page.locator("#result_list td.field-status_badge .job-why").all_inner_texts()
+    assert set(reasons) == {"exhausted"}
     shoot(page, "admin-job-list-dead")
 
 
@@ -107,7 +110,8 @@ def test_admin_job_page_shows_attempts_and_expands_a_traceback(
     page.goto(f"{LIST}{jobs['webhook']}/change/")
 
     # then times are shown to the millisecond, RSS in MiB, the wait between attempts, no Save
-    facts = page.locator(".job-facts").inner_text()
+    # (the times are in the timeline under the facts, in lifecycle order: test_admin_layout.py)
+    facts = page.locator("table.job-timeline").inner_text()
     assert MS_TIME.search(facts), facts
     rows = page.locator("table.job-attempts tbody tr")
     assert rows.count() == 2

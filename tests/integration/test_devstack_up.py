@@ -111,6 +111,9 @@ def devstack(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Run]]:
                 stdout=out,
                 stderr=err,
                 stdin=subprocess.DEVNULL,
+                # As a shell's background job (`make up &`) starts it: SIGINT
+                # ignored, which the devstack must undo (issue 19 item 7).
+                preexec_fn=_as_background_job,  # noqa: PLW1509 — one signal call, before exec
             )
         run = Run(process, stdout, stderr, ports)
         runs.append(run)
@@ -133,6 +136,12 @@ def devstack(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Run]]:
                     process.kill()
 
 
+def _as_background_job() -> None:
+    # What a non-interactive shell does to `cmd &`: SIGINT (and SIGQUIT) ignored.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+
+
 def listening(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
@@ -140,13 +149,19 @@ def listening(port: int) -> bool:
 
 
 def printed_links(output: str) -> list[tuple[str, dict]]:
-    """(URL, requests' keyword arguments) of every URL a line of `output` prints."""
+    """(URL, requests' keyword arguments) of every URL a line of `output` prints.
+
+    The API's token is the one of the `export TOKEN=<token>` line printed last,
+    alone on its line, to paste into a shell (issue 19 item 7).
+    """
+    exported = re.findall(r"^export TOKEN=([0-9a-f]{40})$", output, flags=re.MULTILINE)
+    assert len(exported) == 1, output
     links = []
     for line in output.splitlines():
         for url in URL.findall(line):
             kwargs: dict = {}
-            if token := re.search(r"Authorization: Token (\w+)", line):
-                kwargs["headers"] = {"Authorization": f"Token {token[1]}"}
+            if "Authorization: Token $TOKEN" in line:
+                kwargs["headers"] = {"Authorization": f"Token {exported[0]}"}
             if basic := re.search(r"basic auth ([^:\s]+):([^)\s]+)", line):
                 kwargs["auth"] = (basic[1], basic[2])
             links.append((url.rstrip(")"), kwargs))

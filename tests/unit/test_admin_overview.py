@@ -108,15 +108,19 @@ def test_attempt_rows_show_gaps_delays_and_mib(
         outcome="succeeded",
     )
 
-    first, second = display.attempt_rows(list(Attempt.objects.filter(job=job).order_by("number")))
+    first, second = display.attempt_rows(
+        list(Attempt.objects.filter(job=job).order_by("number")),
+        created_at=start - timedelta(milliseconds=500),
+    )
 
-    assert (first.duration, first.planned_delay, first.waited_before) == ("0.250 s", "0.750 s", "")
+    # run time: start to end; wait: creation (or the previous end) to start; the delay chosen
+    assert (first.run_time, first.next_delay, first.wait) == ("0.250 s", "0.750 s", "0.500 s")
     assert (first.rss_before, first.rss_after, first.rss_growth) == (
         "60.0 MiB",
         "62.0 MiB",
         "+2.0 MiB",
     )
-    assert second.waited_before == "1.000 s"
+    assert second.wait == "1.000 s"
     assert display.at_ms(start).endswith(f".{start.microsecond // 1000:03d}")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -171,15 +172,18 @@ def _window_with_now_at(fraction: float, *, about: float) -> float:
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("one_statement", [False, True], ids=["general-path", "fast-path"])
 def test_attempt_finish_over_budget_defers_then_dead_budget(
     job_factory: Callable[..., Any],
     settings: Any,
     django_capture_on_commit_callbacks: Any,
     client: redis.Redis,
+    one_statement: bool,
 ) -> None:
     from jobs import services
-    from jobs.models import AttemptOutcome, DeadReason, JobStatus
+    from jobs.models import AttemptOutcome, DeadReason, Job, JobStatus
     from jobs.services import AttemptReport
+    from jobs.waiting import WaitingReason
 
     # given a budget of one retry per window (floor 1, ratio 0), at most one window of deferral,
     # with a window length (~1 h) chosen so that now is 30% into its window whatever the clock
@@ -196,11 +200,19 @@ def test_attempt_finish_over_budget_defers_then_dead_budget(
     )
     # when three jobs start (first attempts counted on commit) and fail
     with django_capture_on_commit_callbacks(execute=True):
-        for job in jobs:
+        started = [
             services.attempt_start(
                 job_id=job.id, attempt=1, hostname="w@h", pid=os.getpid(), rss_bytes=None
             )
-    ends = [services.attempt_finish(job_id=j.id, attempt=1, report=failed) for j in jobs]
+            for job in jobs
+        ]
+    # (with what attempt_start returned, the finish is one statement: jobs.services.attempt_sql)
+    ends = [
+        services.attempt_finish(
+            job_id=j.id, attempt=1, report=failed, started=s if one_statement else None
+        )
+        for j, s in zip(jobs, started, strict=True)
+    ]
     # then the first keeps its backoff, the second waits for the next window,
     # the third finds no slot within the maximum deferral and is dead "budget"
     assert [e.status for e in ends] == [JobStatus.RETRYING, JobStatus.RETRYING, JobStatus.DEAD]
@@ -208,6 +220,20 @@ def test_attempt_finish_over_budget_defers_then_dead_budget(
     assert [d.budget_deferred for d in decisions] == [False, True, False]
     assert decisions[1].delay_seconds > 0
     assert decisions[2].dead_reason == DeadReason.BUDGET
+    # and each job says why it waits: its backoff, or the budget that delayed it; the dead none
+    rows = [Job.objects.get(id=j.id) for j in jobs]
+    assert [r.waiting_reason for r in rows] == [
+        WaitingReason.BACKOFF,
+        WaitingReason.RETRY_BUDGET,
+        "",
+    ]
+    backoff = re.search(r"after a backoff of ([\d.]+) s", rows[1].waiting_detail)
+    assert backoff is not None, rows[1].waiting_detail
+    assert decisions[1].delay_seconds > float(backoff.group(1)) + 1, rows[1].waiting_detail
+    assert rows[1].waiting_detail.startswith("retry delayed "), rows[1].waiting_detail
+    assert f"by the retry budget of {jobs[1].kind}" in rows[1].waiting_detail
+    assert rows[0].waiting_detail.startswith("retry after a backoff of ")
+    assert rows[2].waiting_detail == ""
     # and the three first attempts were counted in the window
     now = time.time()
     key = f"{settings.JOBS_RETRY_BUDGET_KEY_PREFIX}{{{jobs[0].kind}}}:{int(now // window)}"
@@ -265,6 +291,14 @@ def test_a_retry_that_waited_into_a_full_window_is_held_at_its_start(
         job.refresh_from_db()
     assert jobs[0].status == JobStatus.RUNNING
     assert jobs[1].status == JobStatus.RETRYING
+    # and the held one says why it waits, with the seconds it was held; the running one does not
+    assert (jobs[0].waiting_reason, jobs[0].waiting_detail) == ("", "")
+    assert jobs[1].waiting_reason == "retry_budget"
+    assert re.fullmatch(
+        rf"retry delayed [\d.]+ (s|min \d+ s) by the retry budget of {jobs[1].kind} \(held at "
+        r"its start: .*\)",
+        jobs[1].waiting_detail,
+    ), jobs[1].waiting_detail
     assert jobs[1].attempts_made == 1
     window = int(timezone.now().timestamp() // length)
     assert int(jobs[1].next_attempt_at.timestamp() // length) > window

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from devstack import workload_notes
 from devstack.receiver import WebhookReceiver
 from devstack.workload import (
     ACTIVE,
@@ -37,6 +38,7 @@ from devstack.workload import (
     submit_all,
     wait_settled,
 )
+from jobs.kinds import policy_for
 
 KINDS = ("webhook.deliver", "report.csv_summary", "demo.flaky")
 
@@ -95,6 +97,25 @@ class Command(BaseCommand):
             f"worker RSS = main + children, {rss.samples} samples every {rss.interval:g} s\n"
         )
         self.stdout.write(render_table(total, by_kind, rss=rss))
+        budget = workload_notes.Budget(
+            window=settings.JOBS_RETRY_BUDGET_WINDOW,
+            ratio=settings.JOBS_RETRY_BUDGET_RATIO,
+            floor=settings.JOBS_RETRY_BUDGET_FLOOR,
+            max_deferral=settings.JOBS_RETRY_BUDGET_MAX_DEFERRAL,
+        )
+        self.stdout.write(
+            workload_notes.on_purpose(
+                mix,
+                budget=budget,
+                webhook_attempts=policy_for("webhook.deliver").max_attempts,
+                flaky_attempts=policy_for("demo.flaky").max_attempts,
+            )
+            + "\n"
+            + workload_notes.dead_reasons(
+                {kind: stats.dead_reasons for kind, stats in by_kind.items()}, mix, budget=budget
+            )
+            + "\n"
+        )
 
         settled = total.statuses["succeeded"] + total.statuses["dead"] + total.statuses["cancelled"]
         if total.unsettled or settled != total.submitted:

@@ -1,0 +1,122 @@
+"""Why a job is waiting: a small vocabulary of reasons, each with a human-readable detail.
+
+A job that is held back (not running, not terminal, and not simply next in
+its queue) carries one WaitingReason and a detail sentence on its row
+(`Job.waiting_reason`, `Job.waiting_detail`); the API shows them as
+`waiting: {reason, detail, until}` with `until` the job's `next_attempt_at`,
+and the admin on the job page and the list. The reason is written where the
+decision to hold the job is made, and cleared by every transition that moves
+the job on (queued again, started, cancelled, requeued, terminal).
+
+Reasons today, all on a `retrying` job:
+
+- `backoff`: the retry waits out the kind's backoff;
+- `retry_after`: the retry waits as long as the failure asked (a server's
+  `Retry-After`), longer than the backoff;
+- `retry_budget`: the kind's retry budget (jobs.budget) moved the retry to a
+  later slot, at the decision or when the retry was about to start.
+
+Later reasons belong here too (a due time from `run_after`, a concurrency or
+rate limit, a paused kind, an open fuse, backpressure, no worker consuming
+the queue): one member and one constructor each. This module imports no
+other jobs module, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import models
+
+# The longest detail stored (Job.waiting_detail's max_length).
+DETAIL_MAX_CHARS = 300
+
+
+class WaitingReason(models.TextChoices):
+    """Why a job is held back; `label` is the short form the admin list shows."""
+
+    BACKOFF = "backoff", "backoff"
+    RETRY_AFTER = "retry_after", "Retry-After"
+    RETRY_BUDGET = "retry_budget", "retry budget"
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """One reason and its detail sentence (plain text, at most DETAIL_MAX_CHARS)."""
+
+    reason: WaitingReason
+    detail: str
+
+    def fields(self) -> dict[str, str]:
+        """The job row's columns for this reason."""
+        return {"waiting_reason": self.reason.value, "waiting_detail": self.detail}
+
+
+# The columns of a job that is not waiting (every transition that moves a job on).
+NOT_WAITING: dict[str, str] = {"waiting_reason": "", "waiting_detail": ""}
+FIELDS = tuple(NOT_WAITING)
+
+
+def fields(waiting: Waiting | None) -> dict[str, str]:
+    """The job row's waiting columns: `waiting`'s, or cleared for None."""
+    return waiting.fields() if waiting is not None else dict(NOT_WAITING)
+
+
+def apply(job: Any, waiting: Waiting | None) -> list[str]:
+    """Set `job`'s waiting columns (cleared for None); returns their names for `update_fields`."""
+    for name, value in fields(waiting).items():
+        setattr(job, name, value)
+    return list(FIELDS)
+
+
+def seconds_text(value: float) -> str:
+    """A wait as people read it: "0.7 s", "8.2 s" below 10 s, "74 s", "5 min 20 s"."""
+    value = max(0.0, value)
+    if value < 10:
+        return f"{value:.1f} s"
+    if value < 600:
+        return f"{value:.0f} s"
+    minutes, rest = divmod(round(value), 60)
+    return f"{minutes} min {rest:02d} s"
+
+
+def for_retry(
+    *, kind: str, delay: float, retry_after: float | None = None, budget_added: float = 0.0
+) -> Waiting:
+    """Why a retry decided now waits `delay` seconds before its attempt.
+
+    `retry_after` is the least delay the failure asked for (None: none);
+    `budget_added` the seconds the retry budget of `kind` added to the
+    backoff (0: none). The budget is named first: it is the surprise.
+    """
+    before_budget = delay - budget_added
+    if budget_added > 0:
+        why = (
+            f"as the server asked (Retry-After {seconds_text(before_budget)})"
+            if retry_after is not None and retry_after >= before_budget
+            else f"after a backoff of {seconds_text(before_budget)}"
+        )
+        return _waiting(
+            WaitingReason.RETRY_BUDGET,
+            f"retry delayed {seconds_text(budget_added)} by the retry budget of {kind} ({why})",
+        )
+    if retry_after is not None and retry_after >= delay:
+        return _waiting(
+            WaitingReason.RETRY_AFTER,
+            f"retry after {seconds_text(delay)}, as the server asked (Retry-After)",
+        )
+    return _waiting(WaitingReason.BACKOFF, f"retry after a backoff of {seconds_text(delay)}")
+
+
+def held_by_budget(*, kind: str, held: float) -> Waiting:
+    """Why a retry about to start was sent back to wait `held` seconds by `kind`'s retry budget."""
+    return _waiting(
+        WaitingReason.RETRY_BUDGET,
+        f"retry delayed {seconds_text(held)} by the retry budget of {kind} (held at its "
+        "start: it waited in the queue into a budget window with no room)",
+    )
+
+
+def _waiting(reason: WaitingReason, detail: str) -> Waiting:
+    return Waiting(reason, detail[:DETAIL_MAX_CHARS])
