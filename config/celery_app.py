@@ -20,7 +20,10 @@ os.environ["CELERY_SKIP_CHECKS"] = "1"
 # Before any broker connection: failover and write refusal are lost connections.
 broker_transport.install()
 
-app = Celery("config")
+# Bounded waits on a silent broker: the heartbeat gives up instead of
+# retrying for as long as the broker is away, the consumer's reconnection
+# back-off is capped (jobs.broker_liveness).
+app = Celery("config", events="jobs.broker_liveness:Events", amqp="jobs.broker_liveness:AMQP")
 # https://docs.celeryq.dev/en/stable/django/first-steps-with-django.html
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

@@ -99,6 +99,23 @@ class QoS(kombu_redis.QoS):
             )
             self._delivered.clear()
 
+    def restore_later_instead(self) -> None:
+        """Leave this channel's unacknowledged deliveries to the next channel's restore pass.
+
+        For a channel closed without the broker (its connection is lost):
+        kombu's restore at close is skipped, with nothing lost.
+        """
+        self._flush()
+        with _restore_later_lock:
+            _restore_later.update(self._delivered)
+        if self._delivered:
+            logger.info(
+                "%s unacknowledged message(s) to restore once the broker serves again",
+                len(self._delivered),
+            )
+        self._delivered.clear()
+        self._delivered.restored = True  # type: ignore[attr-defined]
+
     def restore_visible(self, *args: Any, **kwargs: Any) -> None:
         self.restore_later()
         super().restore_visible(*args, **kwargs)

@@ -29,27 +29,41 @@ here: a channel is not established on a replica (Channel._require_primary),
 and unacknowledged messages it refuses to take back are restored later
 instead of blocking the worker (jobs/broker_restore.py).
 
+A broker that goes silent (no reply, no error) is the other kind handled
+here (docs/broker-liveness.md): the subscriptions of consumers without an
+event loop are health-checked (Transport.heartbeat_check), a lost
+connection's channels close their sockets at once (Transport._collect), and
+an acknowledgement on such a channel is a lost connection, not a crash.
+
 `install()` (called by config/celery_app.py) makes `Transport` kombu's
 transport for `redis://` and `rediss://` URLs in every process that loads
 the Celery app; `redis_client()` gives our own broker reads and writes the
-same behaviour.
+same behaviour and the liveness options of settings.REDIS_LIVENESS_OPTIONS.
 
-tests/unit/test_broker_transport.py and test_broker_restore.py fail if a
-kombu or redis-py upgrade moves the hooks this relies on (kombu's
-`TRANSPORT_ALIASES`, `Channel._connparams`, `QoS.restore_by_tag`; redis-py's
+tests/unit/test_broker_transport.py, test_broker_transport_liveness.py and
+test_broker_restore.py fail if a kombu or redis-py upgrade moves the hooks
+this relies on (kombu's `TRANSPORT_ALIASES`, `Channel._connparams`,
+`QoS.restore_by_tag`, `Transport._collect` and `heartbeat_check`,
+`MultiChannelPoller.maybe_check_subclient_health`; redis-py's
 `Connection.read_response`, the WatchError raised for a lost connection).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 import kombu.transport
 import redis
+from django.conf import settings
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
 from redis import exceptions
 
 from jobs.broker_restore import QoS
+
+logger = logging.getLogger(__name__)
 
 # Error codes (the reply's first word) that say the server cannot serve this
 # client now, whatever the command: retry on a fresh connection. Kept out:
@@ -90,6 +104,17 @@ class BrokerUnavailableError(exceptions.ConnectionError):
     connection: reconnect and retry, never crash. Its message is the server's
     reply, code first ("READONLY You can't write ..."); `__cause__` is the
     ResponseError redis-py raised for it.
+    """
+
+
+class ChannelClosedError(exceptions.ConnectionError):
+    """An acknowledgement on a channel whose connection was lost and closed meanwhile.
+
+    A redis ConnectionError, so Celery logs "Couldn't ack" and goes on (as
+    for an AMQP channel that closed) instead of stopping the worker on the
+    AttributeError kombu raised; the message is put back on its queue by the
+    restore of the lost channel's deliveries, and its second delivery is
+    dropped unrun by the job's lease.
     """
 
 
@@ -161,6 +186,55 @@ class Channel(kombu_redis.Channel):
             self._disconnect_pools()
             raise
 
+    def basic_ack(self, delivery_tag: Any, multiple: bool = False) -> None:
+        self._require_open("acknowledge")
+        super().basic_ack(delivery_tag, multiple=multiple)
+
+    def basic_reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        self._require_open("reject")
+        super().basic_reject(delivery_tag, requeue=requeue)
+
+    def _require_open(self, what: str) -> None:
+        # kombu would build a client from the closed channel's connection (None).
+        if self.connection is None:
+            raise ChannelClosedError(f"cannot {what}: the channel closed with its lost connection")
+
+    def close_at_once(self) -> None:
+        """Close without a word to the broker: its connection is lost already (Transport._collect).
+
+        The sockets (the consuming BRPOP, the subscription, the pools) close
+        now; the unacknowledged deliveries are put back by a later channel
+        once the broker serves (jobs.broker_restore), as when it refuses them.
+        """
+        if self.closed:
+            return
+        if self._qos is not None:
+            self._qos.restore_later_instead()
+        self.connection.cycle.discard(self)
+        self._disconnect_pools()
+        self._close_clients()
+        virtual.Channel.close(self)
+
+    def close(self) -> None:
+        """kombu's close, which lets go of the sockets even when the broker cannot be told.
+
+        kombu deletes the channel's auto-delete fanout bindings (the worker's
+        gossip and event subscriptions) before it closes the connections;
+        when the broker is silent that command times out, and kombu's close
+        raised before closing them: the subscription's socket stayed open for
+        good (seen after a broker stall, with Celery's consumer restart then
+        failing on the error: "Error on restarting Gossip"). The sockets are
+        closed here whatever happened; a binding left behind costs nothing
+        (fanout messages go out by PUBLISH) and kombu sweeps expiring ones.
+        """
+        try:
+            super().close()
+        except self.connection.connection_errors as error:
+            logger.info("broker channel closed without the broker's answer: %r", error)
+            self._disconnect_pools()
+            self._close_clients()
+            virtual.Channel.close(self)
+
     def _require_primary(self) -> None:
         """Raise BrokerUnavailableError if the server is a replica.
 
@@ -201,15 +275,66 @@ class Transport(kombu_redis.Transport):
     connection_errors = (*kombu_redis.Transport.connection_errors, BrokerUnavailableError)
     channel_errors = kombu_redis.Transport.channel_errors
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._next_subscription_check = 0.0
+
+    def _collect(self, connection: Any) -> None:
+        """Close `connection`'s channels at once, with no word to the broker (kombu's Connection.collect).
+
+        kombu's Connection.collect, which Celery's worker calls after its
+        connection is lost, uses this hook when the transport has one, else
+        closes every channel the usual way, asking the broker to restore
+        unacknowledged messages and drop bindings: one socket timeout per
+        channel against a silent broker, while the worker's subscriptions
+        (remote control, gossip) stayed open. Here every channel closes its
+        sockets at once (Channel.close_at_once).
+        """
+        for channel in (*self._avail_channels, *self.channels):
+            channel.close_at_once()
+        self._avail_channels.clear()
+        self.channels.clear()
+        self.cycle.close()
+
+    def heartbeat_check(self, connection: Any, rate: int = 2) -> None:
+        """Check the subscriptions' health, as kombu's event loop does, every health_check_interval.
+
+        kombu runs its pub/sub health check (maybe_check_subclient_health:
+        PING each subscription, drop one that missed two answers) only from
+        the event loop's timer, so a consumer that drains events instead
+        (a ConsumerMixin such as the scheduler's worker monitor, which calls
+        this about once a second while idle) would never notice a
+        subscription gone silent. kombu's base Transport does nothing here.
+        """
+        interval = float(
+            self.client.transport_options.get(
+                "health_check_interval", kombu_redis.DEFAULT_HEALTH_CHECK_INTERVAL
+            )
+        )
+        now = time.monotonic()
+        if interval > 0 and now >= self._next_subscription_check:
+            self._next_subscription_check = now + interval
+            self.cycle.maybe_check_subclient_health()
+
+
+# redis-py options that only TCP connections take.
+TCP_ONLY_OPTIONS = ("socket_keepalive", "socket_keepalive_options")
+
 
 def redis_client(url: str, **options: Any) -> redis.Redis:
     """A redis-py client for `url` whose connections treat "unavailable" replies as lost.
 
     `options` are redis.ConnectionPool.from_url keyword arguments (timeouts,
-    protocol, ...). For our own broker reads and writes (queue depth, run_id,
-    cancellation flags), so a failover drops their connections too.
+    protocol, ...), on top of settings.REDIS_LIVENESS_OPTIONS (health checks,
+    TCP keepalive: a silent server is noticed as the transport notices it).
+    For our own broker reads and writes (queue depth, run_id, cancellation
+    flags, the retry budget), so a failover drops their connections too.
     """
-    pool = redis.ConnectionPool.from_url(url, **options)
+    pool = redis.ConnectionPool.from_url(url, **{**settings.REDIS_LIVENESS_OPTIONS, **options})
+    if issubclass(pool.connection_class, redis.UnixDomainSocketConnection):
+        # TCP options a Unix socket connection refuses (as kombu's transport drops them).
+        for option in TCP_ONLY_OPTIONS:
+            pool.connection_kwargs.pop(option, None)
     pool.connection_class = unavailable_is_disconnect(pool.connection_class)
     return redis.Redis(connection_pool=pool)
 

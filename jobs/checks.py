@@ -19,6 +19,9 @@ check (config.startup); `python manage.py check` lists them all.
 - jobs.E007: JOBS_PUBLISH_STAMP_DELAY_SECONDS is outside 0..MAX_STAMP_DELAY:
   a later stamp would leave published rows looking unpublished to the
   outbox sweep (jobs.services.publish_stamps).
+- jobs.E008: JOBS_BROKER_HEALTH_CHECK_INTERVAL or JOBS_BROKER_SOCKET_TIMEOUT
+  is not above 0: kombu's health checks would be off (a silent broker never
+  noticed) or every Redis command would fail at once.
 - jobs.W001: JOBS_KIND_OVERRIDES names a kind that is not registered (a
   typo, or a fault kind while JOBS_FAULT_KINDS is off).
 """
@@ -194,3 +197,21 @@ def check_publish_stamp_delay(app_configs: Any, **kwargs: Any) -> list[CheckMess
             )
         ]
     return []
+
+
+@register()
+def check_broker_liveness(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    """JOBS_BROKER_HEALTH_CHECK_INTERVAL and JOBS_BROKER_SOCKET_TIMEOUT are seconds above 0."""
+    rules = [
+        ("JOBS_BROKER_HEALTH_CHECK_INTERVAL", settings.JOBS_BROKER_HEALTH_CHECK_INTERVAL),
+        ("JOBS_BROKER_SOCKET_TIMEOUT", settings.JOBS_BROKER_SOCKET_TIMEOUT),
+    ]
+    return [
+        Error(
+            f"{name} is {value!r}; it must be a number of seconds above 0 "
+            "(docs/broker-liveness.md: what it bounds)",
+            id="jobs.E008",
+        )
+        for name, value in rules
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
+    ]

@@ -6,6 +6,8 @@ https://docs.celeryq.dev/en/stable/userguide/configuration.html
 
 from __future__ import annotations
 
+import socket
+
 from config.env import env
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
@@ -62,9 +64,7 @@ CELERY_TASK_TIME_LIMIT = env.int("JOBS_DEFAULT_HARD_TIME_LIMIT", default=90)
 JOBS_VISIBILITY_TIMEOUT = env.int("JOBS_VISIBILITY_TIMEOUT", default=3600)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": JOBS_VISIBILITY_TIMEOUT,
-    # Fail fast when Redis is down; the outbox sweep republishes later.
-    "socket_connect_timeout": 2,
-    "socket_timeout": 5,
+    # Socket timeouts: "Broker and Redis liveness" below.
     # One connection try per publish, no sleep-and-retry: otherwise kombu's
     # failover loop blocks each publish ~6 s while Redis is down. The worker
     # reconnects with its own loop (broker_connection_retry).
@@ -91,3 +91,60 @@ CELERY_DB_REUSE_MAX = env.int("JOBS_WORKER_DB_REUSE_MAX", default=1000)
 
 # Publishing never blocks a request for long: the row is already durable.
 CELERY_TASK_PUBLISH_RETRY = False
+
+# --- Broker and Redis liveness: a silent connection is dropped within seconds ---
+# A broker behind a partition, a frozen host or a proxy that lost its state
+# keeps connections open and answers nothing; no error ever comes. Each kind
+# of client gets its liveness options here, once (README "Faults", the
+# worst cases: docs/broker-liveness.md):
+# - kombu's Redis transport (every Celery connection of every process: the
+#   worker's consumer, its pidbox and event subscriptions, its event and
+#   reply publishers, the web's and the scheduler's publishers, the
+#   scheduler's worker monitor, Flower) via CELERY_BROKER_TRANSPORT_OPTIONS;
+# - our own redis-py clients (retry budget, cancellation flags, worker
+#   reports, queue depths, lost-message checks, the outcome spool), all made
+#   by jobs.broker_transport.redis_client, which applies REDIS_LIVENESS_OPTIONS;
+# - an AMQP broker (issue 21): CELERY_BROKER_HEARTBEAT.
+# https://docs.celeryq.dev/projects/kombu/en/stable/reference/kombu.transport.redis.html
+# health_check_interval: kombu PINGs every subscription (dropped after two
+# missed answers) and drops a BRPOP overdue by brpop_timeout (1 s) + this;
+# redis-py PINGs a connection idle longer than this before using it.
+JOBS_BROKER_HEALTH_CHECK_INTERVAL: float = env.float(
+    "JOBS_BROKER_HEALTH_CHECK_INTERVAL", default=1.0
+)
+# Seconds a command waits for Redis's reply (and for a connection), in every
+# process: fail fast when Redis is down or silent; the outbox sweep
+# republishes later, the worker reconnects.
+JOBS_BROKER_SOCKET_TIMEOUT: float = env.float("JOBS_BROKER_SOCKET_TIMEOUT", default=2.0)
+# TCP keepalive: a peer that vanished (host down, partition dropping every
+# packet) fails an idle connection after 5 + 3 x 1 s; unacknowledged data
+# fails it after TCP_USER_TIMEOUT. Linux names; other systems skip them.
+_KEEPALIVE = {"TCP_KEEPIDLE": 5, "TCP_KEEPINTVL": 1, "TCP_KEEPCNT": 3, "TCP_USER_TIMEOUT": 8000}
+REDIS_LIVENESS_OPTIONS: dict[str, object] = {
+    "health_check_interval": JOBS_BROKER_HEALTH_CHECK_INTERVAL,
+    "socket_keepalive": True,
+    "socket_keepalive_options": {
+        getattr(socket, name): value for name, value in _KEEPALIVE.items() if hasattr(socket, name)
+    },
+}
+CELERY_BROKER_TRANSPORT_OPTIONS.update(
+    REDIS_LIVENESS_OPTIONS,
+    socket_timeout=JOBS_BROKER_SOCKET_TIMEOUT,
+    socket_connect_timeout=JOBS_BROKER_SOCKET_TIMEOUT,
+    # The worker's consumer reconnects 1 s, 2 s, then every 3 s (not kombu's
+    # 2, 4, ... 30 s): back at most ~10 s after the broker is
+    # (jobs.broker_liveness.Connection).
+    interval_start=1,
+    interval_step=1,
+    interval_max=3,
+)
+# #broker-heartbeat (AMQP only; the Redis transport ignores it): the worker
+# and RabbitMQ exchange heartbeats; a connection silent for two of them is
+# dropped (checked broker_heartbeat / broker_heartbeat_checkrate apart).
+CELERY_BROKER_HEARTBEAT = 4
+# #worker-cancel-long-running-tasks-on-connection-loss (Celery 6 will turn it
+# on): kept off. A lost broker connection must not end running attempts:
+# each writes its outcome to the database, and its message, put back with
+# the lost channel's deliveries, is dropped unrun by the job's lease. On,
+# every running attempt would be killed and its work done again.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False

@@ -38,6 +38,7 @@ from devstack.postgres import (
 )
 from devstack.processes import Process, Stack
 from devstack.services import RedisServer, free_port, wait_for
+from devstack.stall_proxy import StallProxy
 
 # Policy overrides of the shared platform: demo.flaky retries quickly, so the
 # retry tests take seconds. Tests read these numbers back from here.
@@ -77,6 +78,9 @@ class Platform:
     stack: Stack
     redis: RedisServer
     database_url: str
+    # The stalling proxy every process reaches Redis through (broker_proxy=True),
+    # else None: the processes use `redis.url` directly.
+    proxy: StallProxy | None = None
     base_url: str = ""
     token: str = ""
     web: Process | None = None
@@ -182,8 +186,13 @@ class PlatformFactory:
         worker: bool = True,
         scheduler: bool = True,
         worker_concurrency: int = 2,
+        broker_proxy: bool = False,
     ) -> Platform:
-        """A platform named `name` with `env` added to BASE_ENV; starts the chosen processes."""
+        """A platform named `name` with `env` added to BASE_ENV; starts the chosen processes.
+
+        With `broker_proxy`, every process reaches its Redis through a
+        StallProxy (`platform.proxy`), which a test can stall and resume.
+        """
         db_name = f"jobs_it_{name}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         admin_url = require_postgres()
         template, token = _migrated_template(admin_url)
@@ -191,14 +200,18 @@ class PlatformFactory:
         self.exits.callback(drop_database, db_name, admin_url=admin_url)
         redis_server = RedisServer().start()
         self.exits.callback(redis_server.stop)
+        proxy = StallProxy(redis_server.port).start() if broker_proxy else None
+        if proxy is not None:
+            self.exits.callback(proxy.close)
+        redis_url = proxy.url if proxy is not None else redis_server.url
         worker_metrics_port = free_port()
         scheduler_metrics_port = free_port()
         stack = Stack(
             env={
                 **BASE_ENV,
                 "DATABASE_URL": database_url,
-                "REDIS_URL": redis_server.url,
-                "CELERY_BROKER_URL": redis_server.url,
+                "REDIS_URL": redis_url,
+                "CELERY_BROKER_URL": redis_url,
                 # Per platform: parallel platforms must not share metrics files or a port.
                 "JOBS_METRICS_DIR": str(self.logroot / db_name / "metrics"),
                 "JOBS_WORKER_METRICS_PORT": str(worker_metrics_port),
@@ -216,6 +229,7 @@ class PlatformFactory:
             stack=stack,
             redis=redis_server,
             database_url=database_url,
+            proxy=proxy,
             worker_metrics_url=f"http://127.0.0.1:{worker_metrics_port}/metrics",
             scheduler_metrics_url=f"http://127.0.0.1:{scheduler_metrics_port}/metrics",
         )

@@ -255,13 +255,16 @@ def test_swallowed_soft_limit_ends_attempt_by_about_three_seconds_as_soft_timeou
     # when it settles
     job = platform.wait_job(job_id, timeout=120)
 
-    # then every attempt ended between the soft limit and about 3 s (soft +
-    # abort grace), well before the hard limit, recorded soft_timeout
+    # then every attempt ended between the soft limit and the hard one (about
+    # 3 s: soft + abort grace), recorded soft_timeout: the abort ended it, not
+    # the hard limit's kill (that records hard_timeout, and ends the child).
+    # The upper bound is the hard limit, not 3 s plus a margin that a loaded
+    # machine's scheduling delays could eat.
     rows = attempts(platform, "WHERE job_id = %s", (job_id,))
     durations = [round(a["finished"] - a["started"], 3) for a in rows]
     print(f"swallowed soft limit: attempt durations (s) {durations}")
     assert [a["outcome"] for a in rows] == ["soft_timeout", "soft_timeout"], rows
-    assert all(2.0 <= d <= 4.0 for d in durations), durations
+    assert all(2.0 <= d < 5.0 for d in durations), durations
 
     # and the job was never succeeded: retried per policy, then dead (exhausted)
     assert job["status"] == "dead", job
@@ -289,12 +292,14 @@ def test_unkillable_job_is_ended_by_hard_limit_retried_then_dead_and_worker_reco
     # when it settles
     job = platform.wait_job(job_id, timeout=120)
 
-    # then each attempt was recorded hard_timeout within 5 s of its start
+    # then each attempt was recorded hard_timeout soon after its 3 s limit: by
+    # the worker's main process, not ~30 s later by the lease sweep (the bound
+    # leaves a loaded machine room, as test_faults_database's does)
     rows = attempts(platform, "WHERE job_id = %s", (job_id,))
     durations = [round(a["finished"] - a["started"], 3) for a in rows]
     print(f"hard limit: attempt durations to hard_timeout record (s) {durations}")
     assert [a["outcome"] for a in rows] == ["hard_timeout", "hard_timeout"], rows
-    assert all(d <= 5.0 for d in durations), durations
+    assert all(2.5 <= d < 10.0 for d in durations), durations
     # and it was retried per policy, then dead (exhausted)
     assert job["status"] == "dead", job
     assert job["dead_reason"] == "exhausted", job

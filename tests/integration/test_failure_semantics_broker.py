@@ -198,8 +198,10 @@ def test_cancel_stops_a_queued_job_before_it_starts_and_a_running_one_by_its_fla
     cancelled_at = time.time()
     assert cancel(platform, running_id)["status"] == "cancelled"
 
-    # then its attempt saw the flag and stopped itself (Cancelled, not the
-    # abort that follows JOBS_ABORT_GRACE = 1 s later): outcome cancelled
+    # then its attempt saw the flag and stopped itself (error Cancelled, not
+    # the AttemptAbort that follows JOBS_ABORT_GRACE = 1 s later): outcome
+    # cancelled, long before its 60 s end (the error type tells the two
+    # mechanisms apart; the time bound leaves a loaded machine room)
     (row,) = wait_for(
         lambda: attempts(platform, "WHERE job_id = %s AND finished_at IS NOT NULL", (running_id,)),
         timeout=30,
@@ -209,7 +211,7 @@ def test_cancel_stops_a_queued_job_before_it_starts_and_a_running_one_by_its_fla
     stopped_after = row["finished"] - cancelled_at
     assert row["outcome"] == "cancelled", row
     assert row["error_type"] == "Cancelled", row
-    assert stopped_after < 1.5, stopped_after
+    assert stopped_after < 10, stopped_after
     job = platform.job(running_id)
     assert job["status"] == "cancelled", job
     assert job["attempts_made"] == 1, job
@@ -233,7 +235,7 @@ def test_cancel_stops_a_queued_job_before_it_starts_and_a_running_one_by_its_fla
     print(f"cancel: cooperative stop {stopped_after:.2f}s, abort of swallower {aborted_after:.2f}s")
     assert aborted["outcome"] == "cancelled", aborted
     assert aborted["error_type"] == "AttemptAbort", aborted
-    assert 1.0 <= aborted_after < 3.0, aborted_after
+    assert 1.0 <= aborted_after < 10, aborted_after
     assert platform.job(swallow_id)["status"] == "cancelled"
     # and the one child survived both: the next job succeeds in it
     after_id = platform.submit("demo.sleep", {"seconds": 0.1, "step_seconds": 0.1})

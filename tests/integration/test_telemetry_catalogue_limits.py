@@ -8,6 +8,7 @@ See test_telemetry_catalogue.py for how the comparisons work.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -288,6 +289,17 @@ def test_retry_budget_bounds_retries_per_window_deferred_then_dead(
         },
     )
     before = quiet(platform)
+    # (early in a budget window, which is aligned on the epoch: the 8 first
+    # attempts then fail in one window even when a loaded machine spreads them
+    # over 8 s, and the bounds below follow from the budget's rules alone:
+    # 2 retries in that window and in each of the two later ones the 15 s
+    # deferral can reach, so 2 to 6 retried, and one exhaustion line per window)
+    wait_for(
+        lambda: 0.5 <= time.time() % BUDGET_WINDOW < 2.0,
+        timeout=BUDGET_WINDOW + 1,
+        interval=0.05,
+        what="the start of a budget window",
+    )
 
     # when 8 jobs whose first attempt fails arrive at once
     ids = [platform.submit("demo.flaky", {"fail_times": 1}) for _ in range(8)]

@@ -9,6 +9,7 @@ from django.core.checks import Error, Warning
 
 from config.startup import EX_CONFIG, check_errors, refusal_line, refuse_on_check_errors
 from jobs.checks import (
+    check_broker_liveness,
     check_json_depth,
     check_kind_overrides,
     check_memory_limits,
@@ -181,3 +182,16 @@ def test_check_retry_budget_refuses_a_zero_window_and_negative_numbers(settings:
     assert _ids(errors) == ["jobs.E006", "jobs.E006"]
     assert "JOBS_RETRY_BUDGET_WINDOW is 0; it must be a number above 0" in errors[0].msg
     assert "JOBS_RETRY_BUDGET_FLOOR is -1" in errors[1].msg
+
+
+def test_check_broker_liveness_refuses_intervals_and_timeouts_not_above_zero(
+    settings: Any,
+) -> None:
+    assert check_broker_liveness(None) == []
+    # 0 would turn kombu's health checks off: a silent broker never noticed
+    settings.JOBS_BROKER_HEALTH_CHECK_INTERVAL = 0
+    settings.JOBS_BROKER_SOCKET_TIMEOUT = "2"
+    errors = check_broker_liveness(None)
+    assert _ids(errors) == ["jobs.E008", "jobs.E008"]
+    assert errors[0].msg.startswith("JOBS_BROKER_HEALTH_CHECK_INTERVAL is 0;")
+    assert errors[1].msg.startswith("JOBS_BROKER_SOCKET_TIMEOUT is '2';")

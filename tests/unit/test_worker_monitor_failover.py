@@ -34,8 +34,14 @@ def test_worker_monitor_follows_events_again_after_a_failover(
 
     try:
         wait_for(lambda: monitor.connected, timeout=10, what="monitor connected")
-        heartbeat("worker@before")
-        wait_for(lambda: seen("before"), timeout=10, what="a heartbeat seen")
+        # (sent until seen: `connected` is set just before the subscription is made,
+        # and a heartbeat published before it is lost)
+        wait_for(
+            lambda: heartbeat("worker@before") or seen("before"),
+            timeout=10,
+            interval=0.2,
+            what="a heartbeat seen",
+        )
 
         # when the server turns into a replica and drops the monitor's connection
         demote()
