@@ -24,10 +24,27 @@ class QueueDepthCollector(Collector):
     celery_queue_length{queue_name} is the ready part, as celery-exporter
     reports it. jobs_queue_oldest_age_seconds{queue} is the age of the
     oldest queued job. jobs_dead_letters{kind, reason} counts dead jobs now.
+
+    The broker's parts (ready, reserved, celery_queue_length) are left out
+    when the broker cannot be read, rather than reported as 0; the database's
+    parts are still reported. The web and the scheduler both serve these, so
+    the backlog alerts keep working while one of them is down: the scheduler
+    with `celery_queue_length=False` (celery-exporter's users sum it by
+    queue_name) and `close_connection=True` (its scrapes run in short-lived
+    threads, whose database connection would otherwise outlive them).
     """
 
+    BROKER_STATES = ("ready", "reserved")
+    DATABASE_STATES = ("scheduled", "unpublished")
+
+    def __init__(self, *, celery_queue_length: bool = True, close_connection: bool = False) -> None:
+        self.celery_queue_length = celery_queue_length
+        self.close_connection = close_connection
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from django.db import close_old_connections
+        # Imported when scraped: jobs.selectors needs the app registry ready, which
+        # it is not when the exporter module is imported (config.urls, the scheduler).
+        from django.db import close_old_connections, connection
 
         from jobs import selectors
 
@@ -39,15 +56,23 @@ class QueueDepthCollector(Collector):
         try:
             depths = selectors.queue_depths()
             for queue, d in depths.items():
-                for state in ("ready", "reserved", "scheduled", "unpublished"):
+                states: tuple[str, ...] = self.DATABASE_STATES
+                if d.broker_read:
+                    states = self.BROKER_STATES + states
+                    length.add_metric([queue], d.ready)
+                for state in states:
                     depth.add_metric([queue, state], getattr(d, state))
-                length.add_metric([queue], d.ready)
                 oldest.add_metric([queue], d.oldest_age_seconds)
             for (kind, reason), count in selectors.dead_letter_counts().items():
                 dead.add_metric([kind, reason], count)
-        except Exception:
-            logger.exception("queue depth collection failed")
-        yield from (depth, length, oldest, dead)
+        except Exception as exc:  # a scrape reports what it can; jobs_database_up says why
+            logger.warning("queue depth collection failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            if self.close_connection:
+                connection.close()
+        yield from (depth, oldest, dead)
+        if self.celery_queue_length:
+            yield length
 
 
 class WorkerPoolCollector(Collector):

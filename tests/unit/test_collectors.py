@@ -1,0 +1,58 @@
+"""observability.collectors.QueueDepthCollector: what the web and the scheduler serve of the queues."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from prometheus_client import CollectorRegistry
+
+from devstack.services import free_port
+from observability.collectors import QueueDepthCollector
+
+
+def _registry(collector: QueueDepthCollector) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return registry
+
+
+@pytest.mark.django_db
+def test_queue_depth_leaves_out_the_broker_parts_it_could_not_read(
+    settings: Any, job_factory: Callable[..., Any]
+) -> None:
+    # given a job queued 10 minutes ago, and a broker nobody listens for
+    job_factory(enqueued_at=timezone.now() - timedelta(minutes=10), published_at=timezone.now())
+    settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{free_port()}/0"
+    # when the web's collector is scraped
+    registry = _registry(QueueDepthCollector())
+    # then the oldest job's age and the database's parts are there, the broker's are not (not 0)
+    age = registry.get_sample_value("jobs_queue_oldest_age_seconds", {"queue": "default"})
+    assert age is not None
+    assert 590 <= age <= 700, age
+    scheduled = {"queue": "default", "state": "scheduled"}
+    assert registry.get_sample_value("jobs_queue_depth", scheduled) == 0.0
+    assert registry.get_sample_value("jobs_queue_depth", {**scheduled, "state": "ready"}) is None
+    assert registry.get_sample_value("celery_queue_length", {"queue_name": "default"}) is None
+
+
+@pytest.mark.django_db
+def test_the_schedulers_queue_depth_leaves_celery_queue_length_to_the_web(
+    broker_redis: Any, job_factory: Callable[..., Any]
+) -> None:
+    # given a queued job
+    job_factory(published_at=timezone.now())
+    # when both collectors are scraped
+    web = _registry(QueueDepthCollector())
+    scheduler = _registry(QueueDepthCollector(celery_queue_length=False, close_connection=True))
+    # then both serve the depth by part and the oldest age; only the web serves
+    # celery_queue_length, which celery-exporter's users sum by queue_name
+    ready = {"queue": "default", "state": "ready"}
+    for registry in (web, scheduler):
+        assert registry.get_sample_value("jobs_queue_depth", ready) == 0.0
+        assert registry.get_sample_value("jobs_queue_oldest_age_seconds", {"queue": "default"})
+    assert web.get_sample_value("celery_queue_length", {"queue_name": "default"}) == 0.0
+    assert scheduler.get_sample_value("celery_queue_length", {"queue_name": "default"}) is None
