@@ -17,24 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devstack.prometheus_config import duration_seconds
 from tests.ops.outage_matrix import END, OUTAGE_AT, RECOVER_AT, ROWS, STEP, Row, series_for
 from tests.ops.tools import RULES, alert_rules, require_binary, run
-
-UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def seconds(duration: str) -> float:
-    """Seconds of a Prometheus duration ("1m", "90s", "1h30m")."""
-    total, number = 0.0, ""
-    rest = duration
-    while rest:
-        if rest[0].isdigit() or rest[0] == ".":
-            number, rest = number + rest[0], rest[1:]
-            continue
-        unit = "ms" if rest.startswith("ms") else rest[0]
-        total += float(number) * UNITS[unit]
-        number, rest = "", rest[len(unit) :]
-    return total
 
 
 def at(t: float) -> str:
@@ -94,7 +79,7 @@ def test_each_outage_fires_only_the_alert_named_for_it_with_the_shipped_rules(
     tmp_path: Path,
 ) -> None:
     promtool = require_binary("promtool")
-    alert_for = {rule["alert"]: seconds(rule.get("for", "0s")) for rule in alert_rules()}
+    alert_for = {rule["alert"]: duration_seconds(rule.get("for", "0s")) for rule in alert_rules()}
     # given one promtool test per outage, evaluated every scrape interval
     document = {
         "rule_files": [str(RULES)],
@@ -109,14 +94,16 @@ def test_each_outage_fires_only_the_alert_named_for_it_with_the_shipped_rules(
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
 
 
-def test_seconds_reads_prometheus_durations() -> None:
-    assert [seconds(d) for d in ("1m", "90s", "1h30m", "500ms", "0s")] == [
+def test_duration_seconds_reads_prometheus_durations() -> None:
+    assert [duration_seconds(d) for d in ("1m", "90s", "1h30m", "500ms", "0s")] == [
         60,
         90,
         5400,
         0.5,
         0,
     ]
+    with pytest.raises(ValueError, match="not a Prometheus duration"):
+        duration_seconds("5 minutes")
 
 
 def test_matrix_names_an_alert_of_the_shipped_rules_for_every_outage() -> None:
