@@ -502,15 +502,16 @@ def _write_figures() -> None:
         f"JOBS_WORKER_OFFLINE_AFTER {OFFLINE_AFTER:g} s.",
         "",
         "| row | alert | for (s) | bound (s) | fired after (s) | resolved after recovery (s) "
-        "| firing seen |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| baseline back after (s) | firing seen |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, f in FIGURES.items():
         if name in ("calm", "setup"):
             continue
         lines.append(
             f"| {name} | {f['alert']} x{f['instances']} | {f['for (scaled)']:g} | {f['bound']} "
-            f"| {f['fired after']} | {f['resolved after recovery']} | {', '.join(f['firing seen'])} |"
+            f"| {f['fired after']} | {f['resolved after recovery']} | {f['baseline back after']} "
+            f"| {', '.join(f['firing seen'])} |"
         )
     for name in ("calm", "setup"):
         if name in FIGURES:
