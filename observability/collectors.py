@@ -27,18 +27,21 @@ class QueueDepthCollector(Collector):
 
     The broker's parts (ready, reserved, celery_queue_length) are left out
     when the broker cannot be read, rather than reported as 0; the database's
-    parts are still reported. The web and the scheduler both serve these, so
-    the backlog alerts keep working while one of them is down: the scheduler
-    with `celery_queue_length=False` (celery-exporter's users sum it by
-    queue_name) and `close_connection=True` (its scrapes run in short-lived
-    threads, whose database connection would otherwise outlive them).
+    parts are still reported. The scheduler serves the two series the backlog
+    alerts read as well (`backlog_only=True`: jobs_queue_depth and
+    jobs_queue_oldest_age_seconds; dashboards and alerts take max over
+    processes), so those alerts keep working while the web is down; the
+    series users sum (celery_queue_length by queue_name, the dead-letter set)
+    stay the web's alone. `close_connection=True` closes the database
+    connection after each scrape (the scheduler's scrapes run in short-lived
+    threads, whose connection would otherwise outlive them).
     """
 
     BROKER_STATES = ("ready", "reserved")
     DATABASE_STATES = ("scheduled", "unpublished")
 
-    def __init__(self, *, celery_queue_length: bool = True, close_connection: bool = False) -> None:
-        self.celery_queue_length = celery_queue_length
+    def __init__(self, *, backlog_only: bool = False, close_connection: bool = False) -> None:
+        self.backlog_only = backlog_only
         self.close_connection = close_connection
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -63,16 +66,17 @@ class QueueDepthCollector(Collector):
                 for state in states:
                     depth.add_metric([queue, state], getattr(d, state))
                 oldest.add_metric([queue], d.oldest_age_seconds)
-            for (kind, reason), count in selectors.dead_letter_counts().items():
-                dead.add_metric([kind, reason], count)
+            if not self.backlog_only:
+                for (kind, reason), count in selectors.dead_letter_counts().items():
+                    dead.add_metric([kind, reason], count)
         except Exception as exc:  # a scrape reports what it can; jobs_database_up says why
             logger.warning("queue depth collection failed: %s: %s", type(exc).__name__, exc)
         finally:
             if self.close_connection:
                 connection.close()
-        yield from (depth, oldest, dead)
-        if self.celery_queue_length:
-            yield length
+        yield from (depth, oldest)
+        if not self.backlog_only:
+            yield from (length, dead)
 
 
 class WorkerPoolCollector(Collector):

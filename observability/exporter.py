@@ -101,12 +101,12 @@ def start_worker_exporter(*, hostname: str, max_memory_kb: int) -> None:
 
 def scheduler_registry(monitor: WorkerMonitor) -> CollectorRegistry:
     """Registry of the scheduler's /metrics: its own counters, the workers' up/active view,
-    the queue depth read from the database (so the backlog alerts outlive the web), and
-    its probes of the broker and the database."""
+    the queue depth and oldest job's age (so the backlog alerts outlive the web), and its
+    probes of the broker and the database."""
     registry = CollectorRegistry()
     _register_process_series(registry)
     registry.register(WorkerUpCollector(monitor))
-    registry.register(QueueDepthCollector(celery_queue_length=False, close_connection=True))
+    registry.register(QueueDepthCollector(backlog_only=True, close_connection=True))
     registry.register(DependencyCollector(monitor.app))
     return registry
 

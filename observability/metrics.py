@@ -190,8 +190,8 @@ jobs_leak_suspected_total = Counter(
 # Read from shared state when scraped, so they are right in every process
 # and after any crash. {name: (type, labels, help)}
 SCRAPE_TIME_SERIES: dict[str, tuple[str, tuple[str, ...], str]] = {
-    # web /metrics; the scheduler's too (all but celery_queue_length, so celery-exporter's
-    # sum by (queue_name) counts once): dashboards and alerts take max over processes.
+    # web /metrics; jobs_queue_depth and jobs_queue_oldest_age_seconds on the scheduler's
+    # too (the backlog alerts' inputs outlive the web): dashboards and alerts take max.
     "jobs_queue_depth": (
         "gauge",
         ("queue", "state"),

@@ -40,19 +40,23 @@ def test_queue_depth_leaves_out_the_broker_parts_it_could_not_read(
 
 
 @pytest.mark.django_db
-def test_the_schedulers_queue_depth_leaves_celery_queue_length_to_the_web(
+def test_the_schedulers_queue_depth_serves_what_the_backlog_alerts_read(
     broker_redis: Any, job_factory: Callable[..., Any]
 ) -> None:
-    # given a queued job
+    # given a queued job and a dead one
     job_factory(published_at=timezone.now())
+    job_factory(status="dead", dead_reason="exhausted")
     # when both collectors are scraped
     web = _registry(QueueDepthCollector())
-    scheduler = _registry(QueueDepthCollector(celery_queue_length=False, close_connection=True))
-    # then both serve the depth by part and the oldest age; only the web serves
-    # celery_queue_length, which celery-exporter's users sum by queue_name
+    scheduler = _registry(QueueDepthCollector(backlog_only=True, close_connection=True))
+    # then both serve the depth by part and the oldest age; only the web serves what
+    # users sum: celery_queue_length (celery-exporter's, by queue_name) and the dead letters
     ready = {"queue": "default", "state": "ready"}
+    dead = {"kind": "demo.flaky", "reason": "exhausted"}
     for registry in (web, scheduler):
         assert registry.get_sample_value("jobs_queue_depth", ready) == 0.0
         assert registry.get_sample_value("jobs_queue_oldest_age_seconds", {"queue": "default"})
     assert web.get_sample_value("celery_queue_length", {"queue_name": "default"}) == 0.0
+    assert web.get_sample_value("jobs_dead_letters", dead) == 1.0
     assert scheduler.get_sample_value("celery_queue_length", {"queue_name": "default"}) is None
+    assert scheduler.get_sample_value("jobs_dead_letters", dead) is None
