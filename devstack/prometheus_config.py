@@ -9,6 +9,7 @@ devstack.prometheus.PrometheusServer.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -67,27 +68,53 @@ def render_config(
     return config
 
 
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+
+
+def duration_seconds(duration: str) -> float:
+    """Seconds of a Prometheus duration ("1m", "90s", "1h30m", "500ms"). Raises ValueError."""
+    parts = _DURATION.findall(duration)
+    if not parts or "".join(n + u for n, u in parts) != duration:
+        raise ValueError(f"not a Prometheus duration: {duration!r}")
+    return sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
+
+
 def write_rules(
     destination: Path,
     *,
     source: Path = SHIPPED_RULES,
     thresholds: dict[str, float] | None = None,
     alert_for: str | None = None,
+    for_scale: float | None = None,
+    keep_for_in: tuple[str, ...] = (),
 ) -> Path:
     """Write a copy of rule file `source` with some thresholds and every alert's `for` changed.
 
     `thresholds`: {name: value} for the `jobs:threshold:<name>` records (see
     alerts.yml); `alert_for`: a Prometheus duration for every alert ("2s" in
-    tests). Returns `destination`. Raises KeyError for an unknown threshold.
+    tests); `for_scale`: every alert's own `for` multiplied by it, in whole
+    milliseconds (0.1 turns "2m" into "12000ms"), expressions untouched: the
+    shipped rules on a faster clock; `keep_for_in`: names of groups whose
+    alerts keep their shipped `for` whatever `alert_for` says. Returns
+    `destination`. Raises KeyError for an unknown threshold or group.
     """
     document = yaml.safe_load(source.read_text())
     wanted = {f"jobs:threshold:{name}": value for name, value in (thresholds or {}).items()}
+    unknown_groups = set(keep_for_in) - {group["name"] for group in document["groups"]}
+    if unknown_groups:
+        raise KeyError(f"no such rule groups in {source}: {sorted(unknown_groups)}")
     for group in document["groups"]:
         for rule in group["rules"]:
             if rule.get("record") in wanted:
                 rule["expr"] = f"vector({wanted.pop(rule['record'])})"
-            if "alert" in rule and alert_for is not None:
+            if "alert" not in rule or group["name"] in keep_for_in:
+                continue
+            if alert_for is not None:
                 rule["for"] = alert_for
+            elif for_scale is not None and "for" in rule:
+                scaled = duration_seconds(rule["for"]) * for_scale
+                rule["for"] = f"{round(scaled * 1000)}ms"
     if wanted:
         raise KeyError(f"no such thresholds in {source}: {sorted(wanted)}")
     destination.write_text(yaml.safe_dump(document, sort_keys=False))

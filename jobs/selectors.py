@@ -296,26 +296,34 @@ def queue_ready_count(*, queue: str, limit: int | None = None) -> int:
 
 @dataclass(frozen=True)
 class QueueDepth:
-    """Jobs of one queue by part. Counts are jobs; `oldest_age_seconds` is 0 when none is queued."""
+    """Jobs of one queue by part. Counts are jobs; `oldest_age_seconds` is 0 when none is queued.
+
+    `broker_read` is False when the broker could not be read: `ready` and
+    `reserved` then read 0 without being known.
+    """
 
     ready: int
     reserved: int
     scheduled: int
     unpublished: int
     oldest_age_seconds: float
+    broker_read: bool = True
 
 
 def queue_depths(*, queues: list[str] | None = None) -> dict[str, QueueDepth]:
     """Depth of each queue: broker parts from Redis (one round trip), the rest from the database.
 
-    When the broker is unreachable its parts read 0 and a warning is logged.
+    When the broker is unreachable its parts read 0, `broker_read` is False
+    and a warning is logged.
     """
     queues = list(queues or settings.JOBS_QUEUES)
+    broker_read = True
     try:
         ready, reserved = broker.depth_counts(queues)
     except Exception as exc:  # a scrape reports what it can
         logger.warning("broker unreadable while measuring queues: %s: %s", type(exc).__name__, exc)
         ready, reserved = dict.fromkeys(queues, 0), dict.fromkeys(queues, 0)
+        broker_read = False
     scheduled = dict(
         Job.objects.filter(status=JobStatus.RETRYING, queue__in=queues)
         .values_list("queue")
@@ -341,6 +349,7 @@ def queue_depths(*, queues: list[str] | None = None) -> dict[str, QueueDepth]:
             oldest_age_seconds=max(0.0, (now - oldest[q]).total_seconds())
             if oldest.get(q)
             else 0.0,
+            broker_read=broker_read,
         )
         for q in queues
     }

@@ -24,10 +24,30 @@ class QueueDepthCollector(Collector):
     celery_queue_length{queue_name} is the ready part, as celery-exporter
     reports it. jobs_queue_oldest_age_seconds{queue} is the age of the
     oldest queued job. jobs_dead_letters{kind, reason} counts dead jobs now.
+
+    The broker's parts (ready, reserved, celery_queue_length) are left out
+    when the broker cannot be read, rather than reported as 0; the database's
+    parts are still reported. The scheduler serves the two series the backlog
+    alerts read as well (`backlog_only=True`: jobs_queue_depth and
+    jobs_queue_oldest_age_seconds; dashboards and alerts take max over
+    processes), so those alerts keep working while the web is down; the
+    series users sum (celery_queue_length by queue_name, the dead-letter set)
+    stay the web's alone. `close_connection=True` closes the database
+    connection after each scrape (the scheduler's scrapes run in short-lived
+    threads, whose connection would otherwise outlive them).
     """
 
+    BROKER_STATES = ("ready", "reserved")
+    DATABASE_STATES = ("scheduled", "unpublished")
+
+    def __init__(self, *, backlog_only: bool = False, close_connection: bool = False) -> None:
+        self.backlog_only = backlog_only
+        self.close_connection = close_connection
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from django.db import close_old_connections
+        # Imported when scraped: jobs.selectors needs the app registry ready, which
+        # it is not when the exporter module is imported (config.urls, the scheduler).
+        from django.db import close_old_connections, connection
 
         from jobs import selectors
 
@@ -39,15 +59,24 @@ class QueueDepthCollector(Collector):
         try:
             depths = selectors.queue_depths()
             for queue, d in depths.items():
-                for state in ("ready", "reserved", "scheduled", "unpublished"):
+                states: tuple[str, ...] = self.DATABASE_STATES
+                if d.broker_read:
+                    states = self.BROKER_STATES + states
+                    length.add_metric([queue], d.ready)
+                for state in states:
                     depth.add_metric([queue, state], getattr(d, state))
-                length.add_metric([queue], d.ready)
                 oldest.add_metric([queue], d.oldest_age_seconds)
-            for (kind, reason), count in selectors.dead_letter_counts().items():
-                dead.add_metric([kind, reason], count)
-        except Exception:
-            logger.exception("queue depth collection failed")
-        yield from (depth, length, oldest, dead)
+            if not self.backlog_only:
+                for (kind, reason), count in selectors.dead_letter_counts().items():
+                    dead.add_metric([kind, reason], count)
+        except Exception as exc:  # a scrape reports what it can; jobs_database_up says why
+            logger.warning("queue depth collection failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            if self.close_connection:
+                connection.close()
+        yield from (depth, oldest)
+        if not self.backlog_only:
+            yield from (length, dead)
 
 
 class WorkerPoolCollector(Collector):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 
+from celery import current_app
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
@@ -35,6 +36,7 @@ from observability.multiproc import (
     multiproc_dir,
     role_dir,
 )
+from observability.probes import DependencyCollector
 from observability.series import failed_series
 from observability.worker_monitor import WorkerMonitor, WorkerUpCollector
 
@@ -98,10 +100,14 @@ def start_worker_exporter(*, hostname: str, max_memory_kb: int) -> None:
 
 
 def scheduler_registry(monitor: WorkerMonitor) -> CollectorRegistry:
-    """Registry of the scheduler's /metrics: its own counters plus the workers' up/active view."""
+    """Registry of the scheduler's /metrics: its own counters, the workers' up/active view,
+    the queue depth and oldest job's age (so the backlog alerts outlive the web), and its
+    probes of the broker and the database."""
     registry = CollectorRegistry()
     _register_process_series(registry)
     registry.register(WorkerUpCollector(monitor))
+    registry.register(QueueDepthCollector(backlog_only=True, close_connection=True))
+    registry.register(DependencyCollector(monitor.app))
     return registry
 
 
@@ -127,11 +133,15 @@ def start_scheduler_exporter(monitor: WorkerMonitor) -> object | None:
 
 
 def web_registry() -> CollectorRegistry:
-    """Registry of the web's /metrics: gunicorn workers' files, queue depth, the retry budget."""
+    """Registry of the web's /metrics: gunicorn workers' files, queue depth, the retry budget,
+    and its probes of the broker and the database."""
     registry = CollectorRegistry()
     _register_process_series(registry)
     registry.register(QueueDepthCollector())
     registry.register(RetryBudgetCollector())
+    # The app config.celery_app built (importing it here would be a cycle: it imports
+    # observability); `config` loads it in every process with Django settings.
+    registry.register(DependencyCollector(current_app))
     return registry
 
 

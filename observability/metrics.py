@@ -190,7 +190,8 @@ jobs_leak_suspected_total = Counter(
 # Read from shared state when scraped, so they are right in every process
 # and after any crash. {name: (type, labels, help)}
 SCRAPE_TIME_SERIES: dict[str, tuple[str, tuple[str, ...], str]] = {
-    # web /metrics
+    # web /metrics; jobs_queue_depth and jobs_queue_oldest_age_seconds on the scheduler's
+    # too (the backlog alerts' inputs outlive the web): dashboards and alerts take max.
     "jobs_queue_depth": (
         "gauge",
         ("queue", "state"),
@@ -213,6 +214,20 @@ SCRAPE_TIME_SERIES: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("kind",),
         "Retries the kind's retry budget allows in its current window "
         "(ratio x first attempts so far + floor).",
+    ),
+    # web and scheduler /metrics (observability.probes): each probes its dependencies
+    # when scraped, so an outage is named by the processes that still answer.
+    "jobs_broker_up": (
+        "gauge",
+        (),
+        "1 when this process could open a connection to the Celery broker at scrape time "
+        "(JOBS_METRICS_PROBE_TIMEOUT), 0 when it could not.",
+    ),
+    "jobs_database_up": (
+        "gauge",
+        (),
+        "1 when this process could connect to the database and run SELECT 1 at scrape time "
+        "(JOBS_METRICS_PROBE_TIMEOUT), 0 when it could not.",
     ),
     # scheduler /metrics (observability.worker_monitor, from Celery's worker events)
     "celery_worker_up": (

@@ -150,6 +150,11 @@ JOBS_WORKER_METRICS_ADDR: str = env.str("JOBS_WORKER_METRICS_ADDR", default="127
 # worker events); 0 turns it off.
 JOBS_SCHEDULER_METRICS_PORT: int = env.int("JOBS_SCHEDULER_METRICS_PORT", default=9809)
 JOBS_SCHEDULER_METRICS_ADDR: str = env.str("JOBS_SCHEDULER_METRICS_ADDR", default="127.0.0.1")
+# Seconds each dependency probe of a scrape may take (jobs_broker_up,
+# jobs_database_up; observability.probes): well under Prometheus's scrape timeout
+# (10 s), which a slow probe would otherwise turn into the target looking down.
+# libpq waits at least 2 s for a connection whatever this says.
+JOBS_METRICS_PROBE_TIMEOUT: float = env.float("JOBS_METRICS_PROBE_TIMEOUT", default=2.0)
 # celery_worker_up goes to 0 when a worker's last heartbeat (every 2 s) is
 # older than this (seconds), and its series is dropped this long after it was
 # last seen (celery-exporter's purge default).

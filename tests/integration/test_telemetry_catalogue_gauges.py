@@ -176,10 +176,12 @@ def test_queue_gauges_follow_queued_jobs(platform_factory: Callable[..., Platfor
         platform.post_job({"kind": "demo.flaky", "payload": {"fail_times": 0}}).status_code == 202
     )
 
-    # then it shows as unpublished (the broker's parts cannot be read and read 0)
+    # then it shows as unpublished, and the broker's parts, which cannot be read, are
+    # left out (issue 19: not reported as 0)
     outage = scrape(web)
     assert outage.get("jobs_queue_depth", {"queue": "default", "state": "unpublished"}) == 1
-    assert outage.get("jobs_queue_depth", {"queue": "default", "state": "ready"}) == 0
+    assert outage.get("jobs_queue_depth", {"queue": "default", "state": "ready"}) is None
+    assert outage.get("celery_queue_length", {"queue_name": "default"}) is None
 
     # when the broker is back (empty: it keeps nothing on disk)
     platform.redis.start()

@@ -58,3 +58,36 @@ def test_write_rules_changes_only_the_named_thresholds_and_for(tmp_path: Path) -
     assert result.returncode == 0, result.stdout + result.stderr
     with pytest.raises(KeyError, match="no_such"):
         write_rules(tmp_path / "x.yml", thresholds={"no_such": 1})
+
+
+@pytest.mark.ops
+@pytest.mark.timeout(120)
+def test_write_rules_scales_every_for_and_keeps_the_named_groups(tmp_path: Path) -> None:
+    shipped = {
+        r["alert"]: r.get("for")
+        for g in yaml.safe_load(SHIPPED_RULES.read_text())["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    }
+    # when every `for` is scaled by 0.1
+    scaled = yaml.safe_load(write_rules(tmp_path / "a.yml", for_scale=0.1).read_text())
+    fors = {r["alert"]: r.get("for") for g in scaled["groups"] for r in g["rules"] if "alert" in r}
+    # then each is a tenth of the shipped one, in milliseconds; none is added
+    assert fors["NoWorkerUp"] == "12000ms"
+    assert fors["WebDown"] == "6000ms"
+    assert all((fors[name] is None) == (shipped[name] is None) for name in shipped), fors
+    # and an alert of a group kept with alert_for keeps its shipped `for`
+    kept = yaml.safe_load(
+        write_rules(
+            tmp_path / "b.yml", alert_for="2s", keep_for_in=("jobs-availability",)
+        ).read_text()
+    )
+    fors = {r["alert"]: r.get("for") for g in kept["groups"] for r in g["rules"] if "alert" in r}
+    assert fors["WebDown"] == shipped["WebDown"] == "1m"
+    assert fors["RetryStorm"] == "2s"
+    with pytest.raises(KeyError, match="no-such-group"):
+        write_rules(tmp_path / "c.yml", keep_for_in=("no-such-group",))
+    promtool = require_binary("promtool")
+    for name in ("a.yml", "b.yml"):
+        result = run([promtool, "check", "rules", str(tmp_path / name)])
+        assert result.returncode == 0, result.stdout + result.stderr

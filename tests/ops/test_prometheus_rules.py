@@ -27,6 +27,14 @@ REQUIRED_ALERTS = {
     "LeakSuspected",
     "NoWorkerUp",
     "EnqueueRejected",
+    # issue 19: the outage matrix, and a slow steady dead-letter trickle
+    "TargetDown",
+    "WebDown",
+    "WorkerDown",
+    "SchedulerDown",
+    "BrokerDown",
+    "DatabaseDown",
+    "DeadLetterTrickle",
 }
 THRESHOLD = re.compile(r"^jobs:threshold:[a-z0-9_]+$")
 
