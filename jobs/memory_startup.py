@@ -36,7 +36,7 @@ def owned_kib() -> int:
     limit_kb = int(_recycle["limit_kb"] or 0)  # type: ignore[call-overload]
     if limit_kb and used_kb > limit_kb:
         events.child_recycling.send(
-            sender=None, hostname=str(_recycle["hostname"]), reason="max_memory"
+            sender=None, hostname=str(_recycle["hostname"]), reason=events.RecycleReason.MAX_MEMORY
         )
     return used_kb
 

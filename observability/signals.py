@@ -17,6 +17,7 @@ from django.dispatch import receiver
 import observability
 from jobs import events
 from jobs.decisions import Decision
+from jobs.events import RecycleReason
 from jobs.models import Attempt, AttemptOutcome, Job, JobStatus
 from observability import exporter, memory, task_events, tracing
 from observability import metrics as m
@@ -98,7 +99,7 @@ def on_task_postrun(sender: Any = None, task: Any = None, **_: Any) -> None:
     limit_kb = _limits["max_memory_kb"]
     if limit_kb and owned // 1024 > limit_kb:
         return
-    m.jobs_worker_children_recycled_total.labels(hostname, "max_tasks").inc()
+    m.jobs_worker_children_recycled_total.labels(hostname, RecycleReason.MAX_TASKS).inc()
 
 
 @receiver(events.child_recycling)
@@ -203,13 +204,13 @@ def on_attempt_finished(
         m.jobs_time_limits_hit_total.labels(kind, queue, "soft").inc()
     elif outcome == AttemptOutcome.HARD_TIMEOUT:
         m.jobs_time_limits_hit_total.labels(kind, queue, "hard").inc()
-        child_lost(hostname=attempt.worker_hostname, reason="hard_time_limit")
+        child_lost(hostname=attempt.worker_hostname, reason=RecycleReason.HARD_TIME_LIMIT)
     elif outcome == AttemptOutcome.WORKER_LOST:
         # Recorded once per lost attempt, by whoever noticed (the worker's main
         # process, a redelivery, the lease sweep); billiard's message names the signal.
         child_lost(
             hostname=attempt.worker_hostname,
-            reason="worker_lost",
+            reason=RecycleReason.WORKER_LOST,
             signal_name=signal_of(attempt.error_message),
         )
     # The decision travels with the event (jobs.decisions): never re-derived here.
