@@ -37,6 +37,10 @@ from typing import Any
 
 from django.conf import settings
 
+from jobs import fork_gate
+from jobs.broker import broker_client
+from observability.multiproc import counter_totals, multiproc_dir
+
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "jobs:worker-report:"
@@ -47,24 +51,10 @@ RECYCLED_FAMILY = "jobs_worker_children_recycled"
 
 def recycled_by_reason() -> dict[str, int]:
     """{reason: children recycled} summed over this worker's metric files; {} when none are kept."""
-    from prometheus_client import CollectorRegistry
-
-    from observability.multiproc import CompactingMultiProcessCollector, multiproc_dir
-
     directory = multiproc_dir()
     if directory is None:
         return {}
-    registry = CollectorRegistry()
-    CompactingMultiProcessCollector(registry, directory)
-    totals: dict[str, int] = {}
-    for family in registry.collect():
-        if family.name != RECYCLED_FAMILY:
-            continue
-        for sample in family.samples:
-            if sample.name.endswith("_total"):
-                reason = sample.labels.get("reason", "unknown")
-                totals[reason] = totals.get(reason, 0) + int(sample.value)
-    return totals
+    return counter_totals(directory, RECYCLED_FAMILY, "reason")
 
 
 def build_report(worker: Any) -> dict[str, Any]:
@@ -115,6 +105,8 @@ def read_reports(client: Any, *, max_age: float) -> list[dict[str, Any]]:
 class ReportWriter(threading.Thread):
     """Daemon thread in the worker's main process: writes the report every `interval` seconds.
 
+    Each tick is a jobs.fork_gate section (the main process forks children).
+
     A failed write (Redis down) is logged once per outage and retried on the
     next tick; it never affects the worker.
     """
@@ -127,15 +119,15 @@ class ReportWriter(threading.Thread):
         self._failing = False
 
     def tick(self) -> None:
-        from jobs.broker import broker_client
-
-        try:
-            write_report(broker_client(), build_report(self.worker), ttl=3 * self.interval)
-            self._failing = False
-        except Exception as exc:  # a report is best-effort; the worker must not care
-            if not self._failing:
-                logger.warning("worker report not written: %s: %s", type(exc).__name__, exc)
-            self._failing = True
+        # This process forks pool children: a fork waits for the whole tick.
+        with fork_gate.section("worker report"):
+            try:
+                write_report(broker_client(), build_report(self.worker), ttl=3 * self.interval)
+                self._failing = False
+            except Exception as exc:  # a report is best-effort; the worker must not care
+                if not self._failing:
+                    logger.warning("worker report not written: %s: %s", type(exc).__name__, exc)
+                self._failing = True
 
     def run(self) -> None:
         while not self.stopped.is_set():
@@ -151,6 +143,6 @@ def start_writer(worker: Any) -> ReportWriter | None:
     interval = settings.JOBS_WORKER_REPORT_INTERVAL
     if interval <= 0:
         return None
-    writer = ReportWriter(worker, interval=interval)
+    writer = fork_gate.register(ReportWriter(worker, interval=interval))
     writer.start()
     return writer
