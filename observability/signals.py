@@ -18,8 +18,9 @@ import observability
 from jobs import events
 from jobs.decisions import Decision
 from jobs.events import RecycleReason
+from jobs.kinds.registry import kind_names
 from jobs.models import Attempt, AttemptOutcome, Job, JobStatus
-from observability import exporter, memory, task_events, tracing
+from observability import child_attempts, exporter, memory, task_events, tracing
 from observability import metrics as m
 from observability.task_events import host_of
 
@@ -54,7 +55,8 @@ def on_celeryd_init(
 @celery_signals.worker_ready.connect
 def on_worker_ready(sender: Any = None, **_: Any) -> None:
     # The main process records hard limits and lost children: their spans are
-    # exported from here (children set up their own provider after fork).
+    # spooled for its children to export (it forks for its whole life, so it
+    # runs no exporter thread: docs/forking.md).
     observability.start("worker", hostname=sender.hostname)
     # Every task counter of the attempt task exists (at 0) from the start, per
     # queue consumed, so rate() and increase() over them are exact from the
@@ -76,6 +78,7 @@ def on_child_start(**_: Any) -> None:
     m.jobs_worker_child_owned_bytes.labels(_host["name"] or host_of(None)).set(memory.owned_bytes())
     _child["tasks"] = 0
     _child["in_flight"] = set()
+    child_attempts.initialize(hostname=_host["name"] or host_of(None), kinds=kind_names())
     observability.start("worker-child")
 
 
@@ -184,6 +187,14 @@ def on_attempt_finished(
     if key in _child["in_flight"]:  # this process started it
         _child["in_flight"].discard(key)
         m.jobs_attempts_in_flight.labels(kind, queue).dec()
+        child_attempts.observe(
+            hostname=_host["name"] or host_of(attempt.worker_hostname),
+            node=attempt.worker_hostname,
+            kind=kind,
+            outcome=outcome,
+            job_id=job.pk,
+            attempt=attempt.number,
+        )
     m.jobs_attempts_total.labels(kind, queue, outcome).inc()
     if attempt.finished_at and attempt.started_at:
         seconds = (attempt.finished_at - attempt.started_at).total_seconds()
