@@ -1,22 +1,12 @@
-"""Replace a worker child after an attempt that left its state suspect.
+"""Replace a worker child after an attempt that left its state suspect (docs/forking.md).
 
-An exception injected into a kind's code (the supervisor's AttemptAbort, the
-escalation of a soft time limit or a cancellation the code ignored; Celery's
-SoftTimeLimitExceeded) lands wherever that code was: inside an import, a
-connection pool's checkout, a half-written socket. What it held may stay
-held or half-changed in the child, and every later attempt there can hang
-on it (issue 19: each HTTP attempt of one child ran into its soft limit).
-Celery replaces a child after a hard limit for this reason; here a child
-whose attempt was interrupted so is replaced right after that attempt, its
-outcome recorded and its result delivered like any other.
-
-The exit path is billiard's after-task memory check (billiard/pool.py
-Worker.workloop: after the result is sent, `mem_rss()` is compared with the
-per-child limit and the child ends with EX_RECYCLE when over), whose
-reading jobs.memory_startup already provides: a child marked here reads
-over the limit once. The check runs only with a limit, so a worker without
-one gets UNREACHABLE_KIB, which no child reaches (`keep_check_on`).
-Counted as jobs_worker_children_recycled_total{reason="aborted"}.
+An exception raised into a kind's code by a signal handler (the supervisor's
+AttemptAbort, Celery's SoftTimeLimitExceeded) lands wherever the code was;
+what it held may stay held in the child. `retire_after_attempt` has the
+child replaced once that attempt's result is sent, through billiard's
+after-task memory check (EX_RECYCLE), whose reading jobs.memory_startup
+provides: a marked child reads just over the limit once. A pool without a
+per-child limit gets UNREACHABLE_KIB so the check runs (`keep_check_on`).
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """The fork gate: a process forks only while none of its other threads is at work.
 
-DESIGN ("Faults"): a process forks only when none of its threads can hold a
-lock the child needs. fork() copies every lock as it is, but only the
-forking thread: a lock another thread held at that instant is held for ever
-in the child (a module's import lock, prometheus-client's one value lock, a
-connection pool's lock). The Celery worker's main process forks pool
-children for its whole life (max_tasks_per_child, memory limits, lost
-children), so every other thread that runs there does its work inside
-`section()`, and every fork of the process waits (os.register_at_fork)
-until no other thread is inside one; no section starts during the fork.
-Between sections a thread only waits (an Event, a select()), holding
-nothing a child needs. docs/forking.md lists the threads and why each is
-safe.
-
-Threads of a forking process are started with `start_thread()` (or passed
-to `register()`); a fork beside any other live thread logs it once, naming
-it, so a new thread that skipped the rule shows up (the integration tests
-assert that line never appears). Sections must be short and bounded (every
-wait inside has a timeout): a fork waits for them, with the forking
-thread's work stopped. After WAIT_LIMIT_SECONDS it forks anyway and logs
-an error; a child that then wedges is replaced by the defences behind this
-one (billiard's start-up timeout, time limits, jobs.child_retire).
+DESIGN ("Faults"); the reasons and the list of threads are in docs/forking.md.
+A thread of a process that forks (the Celery worker's main process, for its
+whole life) is started with `start_thread()` or passed to `register()`, and
+does its work inside `section(name)`, short and bounded; between sections it
+only waits. os.register_at_fork hooks make every fork wait until no other
+thread is inside a section (at most WAIT_LIMIT_SECONDS, then an error) and
+keep new sections out through the fork. A fork beside an unregistered live
+thread logs that thread's name once.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
-"""Attempts by worker child: one child whose attempts of a kind time out while others succeed.
+"""Attempts by worker child: one child whose attempts time out while others succeed.
 
-A child can go bad on its own (issue 19: a lock inherited held at fork
-made every HTTP attempt of one child hang to its soft limit, while the
-other children delivered the same webhooks). Per kind the failure rate
-hides it; by child it stands out. So each child counts the attempts it
-records in jobs_worker_child_attempts_total{hostname, child, kind, outcome},
-child being its pool index: a replacement takes its place's index, so the
-series stay as many as the pool's places and need no cleanup when children
-are replaced (a pid label would add series with every recycle, and dead
-children's counters cannot be dropped without losing their increments).
-An attempt ended by a time limit also logs one warning naming the child
-(pid, index, node) with that child's record for the kind.
+Each child counts the attempts it records in
+jobs_worker_child_attempts_total{hostname, child, kind, outcome}, `child`
+being its pool index, which a replacement takes over: as many series as the
+pool has places, no cleanup when children are replaced (a pid label would
+grow with every recycle). An attempt ended by a time limit also logs one
+warning naming the child (pid, index, node) and its record for the kind.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
-"""Spans of the worker's main process, exported by its children.
+"""Spans of the worker's main process, exported by its children (docs/forking.md).
 
-The worker's main process forks pool children for its whole life, so it
-runs no exporter thread (DESIGN "Faults", docs/forking.md): a
-BatchSpanProcessor's thread exporting over HTTP holds the locks a child
-forked at that moment needs (issue 19: both threads of a replacement child
-waited for ever on the import lock of `netrc` that the parent's export
-thread held at the fork). Its few spans (attempts it ends from outside
-their child: hard time limits, lost children) go through a
-SimpleSpanProcessor into `SpoolExporter`: one small JSON file each,
-written in the calling thread with no network, into the worker's spool
-directory. Each child, which runs an ordinary exporter, replays the files
-it claims (an atomic rename: one child per file) as spans of its own
-tracer, with the original names, parents, times, attributes and status: from a
-thread of its own at start and every POLL_SECONDS, and before it exits;
-a file is removed once its span was exported, so one claimed by a child
-that died first is taken over by another.
+The main process forks children for its whole life, so it runs no exporter
+thread: its spans (attempts it ends from outside their child) go through a
+SimpleSpanProcessor into `SpoolExporter`, one JSON file each, written in the
+ending thread with no network. Each child claims files by an atomic rename
+and replays them as spans of its own tracer (same name, parent, times,
+attributes, status) from a thread, at start and every POLL_SECONDS, and at
+exit; a file goes once exported, so a dead child's claim is taken over.
 """
 
 from __future__ import annotations
