@@ -130,12 +130,14 @@ def _fold(source: Path, archive: Path) -> None:
         target.close()
 
 
-def compact(directory: Path, *, dead: set[int] | None = None) -> list[int]:
+def compact(
+    directory: Path, *, dead: set[int] | None = None, only: set[int] | None = None
+) -> list[int]:
     """Fold the files of dead processes into the archive; returns the pids handled.
 
     `dead` forces pids to be treated as dead (the caller knows better); by
     default a pid is dead when no such process exists or it is a zombie.
-    Call with `locked(directory)` held.
+    `only` limits the work to those pids. Call with `locked(directory)` held.
     """
     by_pid: dict[int, list[tuple[str, Path]]] = {}
     for path in directory.glob("*.db"):
@@ -144,6 +146,8 @@ def compact(directory: Path, *, dead: set[int] | None = None) -> list[int]:
             by_pid.setdefault(int(match["pid"]), []).append((match["type"], path))
     handled = []
     for pid, files in by_pid.items():
+        if only is not None and pid not in only:
+            continue
         if pid == os.getpid() or ((dead is None or pid not in dead) and _alive(pid)):
             continue
         multiprocess.mark_process_dead(pid, str(directory))
@@ -159,18 +163,24 @@ def compact(directory: Path, *, dead: set[int] | None = None) -> list[int]:
     return handled
 
 
+def file_pids(directory: Path) -> set[int]:
+    """Pids that have metric files in `directory`."""
+    return {
+        int(match["pid"]) for path in directory.glob("*.db") if (match := _FILE.match(path.name))
+    }
+
+
 def counter_totals(directory: Path, family: str, label: str) -> dict[str, int]:
     """{value of `label`: total} of counter `family` over every process's file in `directory`.
 
-    Folds dead processes' files first (`compact`), then reads only the
-    counter files and parses only that family's entries (a full collection
-    merges every series, histograms included: ~300x the work), all under the
-    directory's lock, so no file is counted twice or missed.
+    Reads only the counter files and parses only that family's entries (a
+    full collection merges every series, histograms included: ~300x the
+    work), under the directory's lock, so a file folded meanwhile by
+    another reader is counted once. Folds nothing (`compact` does).
     """
     quoted = json.dumps(family)
     totals: dict[str, int] = {}
     with locked(directory):
-        compact(directory)
         for path in directory.glob("counter_*.db"):
             if not _has_values(path):
                 continue

@@ -39,7 +39,7 @@ from django.conf import settings
 
 from jobs import fork_gate
 from jobs.broker import broker_client
-from observability.multiproc import counter_totals, multiproc_dir
+from observability.multiproc import compact, counter_totals, file_pids, locked, multiproc_dir
 from observability.worker_info import memory_block
 
 logger = logging.getLogger(__name__)
@@ -122,10 +122,11 @@ class ReportWriter(threading.Thread):
 
     def tick(self) -> None:
         # This process forks pool children: a fork waits for the section under
-        # way, so the tick is three short ones (read, count, write).
+        # way, so the tick is a few short ones (read, fold, count, write).
         try:
             with fork_gate.section("worker report: memory"):
                 memory = memory_block(self.worker, with_pending_retries=False)
+            self._fold_dead_children()
             with fork_gate.section("worker report: recycles"):
                 report = build_report(self.worker, memory=memory)
             with fork_gate.section("worker report: write"):
@@ -136,6 +137,18 @@ class ReportWriter(threading.Thread):
                 if not self._failing:
                     logger.warning("worker report not written: %s: %s", type(exc).__name__, exc)
                 self._failing = True
+
+    def _fold_dead_children(self) -> None:
+        # One child at a time, each a section: a fold is the longest step
+        # (scrapes fold them too).
+        directory = multiproc_dir()
+        if directory is None:
+            return
+        with fork_gate.section("worker report: list"):
+            pids = sorted(file_pids(directory))
+        for pid in pids:
+            with fork_gate.section("worker report: fold"), locked(directory):
+                compact(directory, only={pid})
 
     def run(self) -> None:
         while not self.stopped.is_set():

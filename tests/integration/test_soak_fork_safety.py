@@ -35,9 +35,12 @@ from tests.integration.test_telemetry_fork_safety import UNGATED, fork_safety_pl
 pytestmark = [pytest.mark.integration, pytest.mark.soak]
 
 SOAK_SECONDS = float(os.environ.get("JOBS_SOAK_SECONDS", "600"))
-# One round every ROUND_SECONDS: 4 webhooks, 1 flaky, 1 short sleep; every 10th
-# round a hard time limit, every 15th a lost child.
-ROUND_SECONDS = 1.5
+# One round every ROUND_SECONDS: 3 webhooks, 1 flaky, 1 short sleep; every 10th
+# round a hard time limit, every 15th a lost child (~2 attempts a second, what
+# 3 children recycled every 3 tasks, each flushing to a 1 s receiver at exit,
+# keep up with on a loaded 2-core machine).
+ROUND_SECONDS = 3.0
+CONCURRENCY = 3
 FORK_WAIT = re.compile(r"fork of pid \d+ waited (\d+\.\d+) s")
 
 
@@ -46,7 +49,7 @@ def submit_rounds(platform: Platform, hooks: WebhookReceiver, stop: threading.Ev
     n = 0
     while not stop.is_set():
         started = time.monotonic()
-        for _ in range(4):
+        for _ in range(3):
             submitted["webhook"].append(
                 platform.submit("webhook.deliver", {"url": hooks.url("/ok")})
             )
@@ -68,7 +71,7 @@ def test_soak_no_child_wedges_with_otlp_export_and_recycling(
     platform_factory: Callable[..., Platform],
 ) -> None:
     with SlowOtlpReceiver(delay=1.0) as otlp, WebhookReceiver() as hooks:
-        platform = fork_safety_platform(platform_factory, otlp)
+        platform = fork_safety_platform(platform_factory, otlp, concurrency=CONCURRENCY)
         worker = platform.worker
         assert worker is not None
 
@@ -85,7 +88,9 @@ def test_soak_no_child_wedges_with_otlp_export_and_recycling(
         feeder.join(60)
         webhooks = result["webhook"]
         total = len(webhooks) + len(result["other"])
+        drained = time.monotonic()
         counts = wait_all_terminal(platform, total, timeout=600)
+        drain_seconds = time.monotonic() - drained
         elapsed = time.monotonic() - started
 
         # then: the figures
@@ -107,6 +112,7 @@ def test_soak_no_child_wedges_with_otlp_export_and_recycling(
         durations = sorted(a["finished"] - a["started"] for a in hook_rows)
         figures = {
             "seconds": round(elapsed),
+            "drain_seconds": round(drain_seconds),
             "jobs": total,
             "by_status": counts,
             "webhooks": len(webhooks),

@@ -39,7 +39,9 @@ FAST_RETRY = {"backoff_base": 0.2, "backoff_floor": 0.1, "backoff_cap": 0.5}
 UNGATED = "not under jobs.fork_gate"
 
 
-def fork_safety_platform(factory: Callable[..., Platform], receiver: SlowOtlpReceiver) -> Platform:
+def fork_safety_platform(
+    factory: Callable[..., Platform], receiver: SlowOtlpReceiver, *, concurrency: int = 2
+) -> Platform:
     return factory(
         "fork_safety",
         env={
@@ -56,7 +58,7 @@ def fork_safety_platform(factory: Callable[..., Platform], receiver: SlowOtlpRec
                 }
             ),
         },
-        worker_concurrency=2,
+        worker_concurrency=concurrency,
     )
 
 
