@@ -114,6 +114,9 @@ def test_recycling_children_beside_a_slow_otlp_exporter_wedges_none(
         # and no thread ran beside a fork outside the fork gate, none made it wait past its limit
         assert UNGATED not in log, [line for line in log.splitlines() if UNGATED in line]
         assert "with sections still running" not in log
+        # and the gunicorn master, which forks web workers, runs its main thread alone
+        assert platform.web is not None
+        assert len(os.listdir(f"/proc/{platform.web.pid}/task")) == 1
 
         # and the spans of the attempts the main process ended (hard limits,
         # lost children) reached the receiver, exported by children
