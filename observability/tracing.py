@@ -33,6 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -97,8 +98,6 @@ class JsonLinesSpanExporter:
 
 def enabled() -> bool:
     """Whether this process exports spans (an exporter is configured and the SDK not disabled)."""
-    from django.conf import settings
-
     if settings.OTEL_SDK_DISABLED:
         return False
     return bool(
@@ -109,8 +108,6 @@ def enabled() -> bool:
 
 
 def _exporter() -> Any:
-    from django.conf import settings
-
     if not enabled():
         return None
     if settings.JOBS_OTEL_SPAN_FILE:
@@ -131,8 +128,7 @@ def _install(provider: Any) -> None:
 
 
 def _resource(role: str) -> Any:
-    from django.conf import settings
-    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.resources import Resource  # noqa: PLC0415 - import cost
 
     return Resource.create(
         {
@@ -157,8 +153,8 @@ def setup(*, role: str, replay_from: Path | None = None) -> bool:
     exporter = _exporter()
     if exporter is None:
         return False
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415 - import cost
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: PLC0415 - import cost
 
     with _lock:
         if _provider is not None and getattr(_provider, "_jobs_pid", None) == os.getpid():
@@ -185,8 +181,8 @@ def setup_spooled(*, role: str, directory: Path | None) -> bool:
     """
     if not enabled() or directory is None:
         return False
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415 - import cost
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: PLC0415 - import cost
 
     with _lock:
         if _provider is not None and getattr(_provider, "_jobs_pid", None) == os.getpid():
