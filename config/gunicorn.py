@@ -12,6 +12,12 @@ workers = env.int("WEB_CONCURRENCY", default=2)
 threads = env.int("WEB_THREADS", default=4)
 timeout = env.int("WEB_TIMEOUT", default=30)
 accesslog = env.str("WEB_ACCESS_LOG", default="-") or None
+# The master forks workers for its whole life, so it runs no thread besides
+# its main one (DESIGN "Faults", docs/forking.md). Gunicorn's control socket
+# for `gunicornc` is an asyncio thread in the master (stopped around each
+# fork); we do not use it, and every gunicorn on a host would share its
+# default path (~/.gunicorn/gunicorn.ctl).
+control_socket_disable = True
 
 
 def on_starting(server: Any) -> None:

@@ -17,7 +17,8 @@ OperationalError, which every caller already handles as a lost connection
 (jobs.db: retried on a fresh connection, answered 503, or spooled).
 
 It runs only where `enable()` was called: the web's workers (gunicorn's
-post_fork), the scheduler and the worker's main process. Worker children
+post_fork), the scheduler and the worker's main process, where each look
+is a jobs.fork_gate section (that process forks pool children). Worker children
 are left out (`disable()` at fork): the attempt's own queries may
 legitimately run long, and the whole attempt is bounded by its hard time
 limit anyway; so are management commands such as `migrate`, whose index
@@ -36,6 +37,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db.backends.signals import connection_created
+
+from jobs import fork_gate
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +77,7 @@ def watch(wrapper: Any) -> None:
         if _state["pid"] != os.getpid():  # first use, or a fork: threads are not inherited
             _watched.clear()
             _state["pid"] = os.getpid()
-            threading.Thread(target=_loop, name=THREAD_NAME, daemon=True).start()
+            fork_gate.start_thread(_loop, name=THREAD_NAME)
         _watched[id(wrapper)] = (weakref.ref(wrapper), None)
 
 
@@ -142,7 +145,8 @@ def _loop() -> None:
         time.sleep(CHECK_EVERY_SECONDS)
         if _state["pid"] != os.getpid():
             return  # a forked copy of this thread's process: the new one runs its own
-        check()
+        with fork_gate.section("database deadline"):
+            check()
 
 
 def _on_connection_created(sender: Any, connection: Any, **_: Any) -> None:

@@ -19,10 +19,27 @@ import metrics. Every signal is sent with `sender=Job` and keyword arguments:
                                           the scheduler republishes it
 - memory_limit_hit(kind, queue, limit)    limit: soft, hard (jobs.memory_guard, worker child)
 - child_recycling(hostname, reason)       this worker child is about to be replaced
-                                          (reason: max_memory, max_tasks, memory_limit)
+                                          (reason: a RecycleReason)
 """
 
+from enum import StrEnum
+
 from django.dispatch import Signal
+
+
+class RecycleReason(StrEnum):
+    """Why a worker child was replaced (jobs_worker_children_recycled_total's `reason`)."""
+
+    MAX_TASKS = "max_tasks"  # worker_max_tasks_per_child reached
+    MAX_MEMORY = "max_memory"  # owned memory past the per-child limit after an attempt
+    MEMORY_LIMIT = "memory_limit"  # ended mid-attempt by a kind's hard memory limit
+    HARD_TIME_LIMIT = "hard_time_limit"  # killed by billiard at a hard time limit
+    WORKER_LOST = "worker_lost"  # died mid-attempt (signal, crash)
+    # Retired after an attempt ended by an exception injected into the kind's
+    # code (the supervisor's abort, Celery's soft time limit): whatever that
+    # code held (a lock, an import, a half-written connection) is suspect.
+    ABORTED = "aborted"
+
 
 job_submitted = Signal()
 job_rejected = Signal()

@@ -341,7 +341,9 @@ class AttemptMemoryGuard:
         finally:
             self._end_span(message)
             events.memory_limit_hit.send(sender=Job, kind=ctx.kind, queue=self.queue, limit="hard")
-            events.child_recycling.send(sender=Job, hostname=self.hostname, reason="memory_limit")
+            events.child_recycling.send(
+                sender=Job, hostname=self.hostname, reason=events.RecycleReason.MEMORY_LIMIT
+            )
             exit_child()
 
     def _end_span(self, message: str) -> None:

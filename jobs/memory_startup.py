@@ -15,7 +15,7 @@ import logging
 import os
 import time
 
-from jobs import events
+from jobs import child_retire, events
 from observability.memory import owned_bytes
 
 logger = logging.getLogger(__name__)
@@ -28,15 +28,23 @@ _recycle: dict[str, object] = {"limit_kb": 0, "hostname": ""}
 def owned_kib() -> int:
     """Owned memory in KiB, as billiard's per-child check compares it; counts a recycle it causes.
 
-    When the reading is over worker_max_memory_per_child, billiard ends the
+    When the reading is over the pool's per-child limit, billiard ends the
     child right after this call (billiard/pool.py Worker.workloop), so the
     recycle is announced here (events.child_recycling, reason max_memory).
+    A child marked to retire (jobs.child_retire) reads just over the limit
+    once, and its recycle is announced with that reason.
     """
-    used_kb = max(1, owned_bytes() // 1024)  # billiard logs an error for <= 0
     limit_kb = int(_recycle["limit_kb"] or 0)  # type: ignore[call-overload]
+    retiring = child_retire.take_pending()
+    if retiring is not None:
+        events.child_recycling.send(
+            sender=None, hostname=str(_recycle["hostname"]), reason=retiring
+        )
+        return (limit_kb or child_retire.UNREACHABLE_KIB) + 1
+    used_kb = max(1, owned_bytes() // 1024)  # billiard logs an error for <= 0
     if limit_kb and used_kb > limit_kb:
         events.child_recycling.send(
-            sender=None, hostname=str(_recycle["hostname"]), reason="max_memory"
+            sender=None, hostname=str(_recycle["hostname"]), reason=events.RecycleReason.MAX_MEMORY
         )
     return used_kb
 

@@ -21,9 +21,10 @@ from django.conf import settings
 from django.db import DatabaseError, DataError
 from opentelemetry import trace
 
-from jobs import events, memory_guard, redaction, services
+from jobs import child_retire, events, memory_guard, redaction, services
 from jobs.child_gc import collect_after_failure
 from jobs.db import is_unavailable, run_with_reconnect
+from jobs.events import RecycleReason
 from jobs.kinds import AttemptContext, Cancelled, Kind, PermanentError, RetryableError, get_kind
 from jobs.models import AttemptOutcome, Job, JobStatus
 from jobs.policy import Policy
@@ -100,6 +101,13 @@ def execute_attempt(*, job_id: str, attempt: int, hostname: str) -> AttemptRun:
             report = run_kind(kind, started.payload, ctx, started.policy)
         finally:
             report_note = guard.unwatch()
+        if supervisor.last_interrupted:
+            # Whatever the kind's code held where it was interrupted is suspect.
+            child_retire.retire_after_attempt(
+                reason=RecycleReason.ABORTED,
+                why=f"{supervisor.last_interrupted} was raised into attempt {ctx.attempt}"
+                f" of job {ctx.job_id} ({ctx.kind}, {report.outcome})",
+            )
         if report.outcome == AttemptOutcome.MEMORY_LIMIT:
             report = replace(report, error_message=f"{report_note}: {report.error_message}")
         rss_after = rss_bytes()

@@ -6,7 +6,8 @@ attempt_finish every JOBS_OUTCOME_SPOOL_POLL seconds (1 s), so a finished
 attempt is recorded within about a second of the database coming back,
 even when Redis lost its copy. It runs in the main process, beside the
 pool: its database connection is its own (Django's are per thread), and
-nothing here blocks the consumer's event loop.
+nothing here blocks the consumer's event loop. Each pass is a
+jobs.fork_gate section: a fork of the main process waits for it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import threading
 from django.conf import settings
 from django.db import DatabaseError
 
-from jobs import services
+from jobs import fork_gate, services
 from jobs.db import close_connections, is_unavailable
 
 logger = logging.getLogger(__name__)
@@ -56,10 +57,11 @@ def start(stop: threading.Event | None = None) -> threading.Thread:
 
     def loop() -> None:
         while not stop.wait(interval):
-            drain_once()
+            # This process forks pool children: a fork waits for the pass.
+            with fork_gate.section("outcome spool"):
+                drain_once()
         close_connections()
 
-    thread = threading.Thread(target=loop, name=THREAD_NAME, daemon=True)
-    thread.start()
+    thread = fork_gate.start_thread(loop, name=THREAD_NAME)
     _started[THREAD_NAME] = thread
     return thread

@@ -69,13 +69,18 @@ class _Watch:
     reason: str | None = None
     flagged_at: float | None = None
     aborted: bool = False
+    # An exception was raised into the attempt's code by a signal handler
+    # (AttemptAbort, Celery's SoftTimeLimitExceeded): jobs.child_retire.
+    interrupted: str | None = None
 
 
 class Supervisor:
     """Watches at most one attempt at a time (a prefork child runs one task at a time)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Reentrant: the abort and soft-limit signal handlers take it in the
+        # main thread, which may hold it when the signal lands (watch/unwatch).
+        self._lock = threading.RLock()
         self._watch: _Watch | None = None
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
@@ -83,6 +88,7 @@ class Supervisor:
         self._can_abort = False
         self._freeze = threading.Event()
         self._frozen = threading.Event()
+        self.last_interrupted: str | None = None
 
     def _ensure_thread(self) -> None:
         if self._thread is not None and self._thread.is_alive() and self._pid == os.getpid():
@@ -105,11 +111,18 @@ class Supervisor:
         self._ensure_thread()
         with self._lock:
             self._watch = _Watch(ctx=ctx, main_thread_id=threading.get_ident())
+            self.last_interrupted = None
 
     def unwatch(self) -> str | None:
-        """Stop watching; returns why the attempt was flagged ("soft_timeout", "cancelled") or None."""
+        """Stop watching; returns why the attempt was flagged ("soft_timeout", "cancelled") or None.
+
+        Afterwards `last_interrupted` names the exception a signal handler
+        raised into the attempt's code ("AttemptAbort", "SoftTimeLimitExceeded"), or is None.
+        """
         with self._lock:
             watch, self._watch = self._watch, None
+            if watch is not None:
+                self.last_interrupted = watch.interrupted
         return watch.reason if watch else None
 
     def flag(self, ctx: AttemptContext, reason: str) -> bool:
@@ -161,6 +174,7 @@ class Supervisor:
             watch = self._watch
         # The attempt may have ended between the decision and the signal.
         if watch is not None and watch.aborted:
+            watch.interrupted = "AttemptAbort"
             raise AttemptAbort(watch.reason or "soft_timeout")
 
     def _cancel_requested(self, job_id: object) -> bool:
@@ -244,6 +258,7 @@ def _soft_limit_handler(signum: int, frame: object) -> None:
     with supervisor._lock:
         watch = supervisor._watch
     if watch is not None and time.monotonic() >= watch.ctx.soft_deadline - SOFT_LIMIT_SLACK:
+        watch.interrupted = watch.interrupted or "SoftTimeLimitExceeded"
         raise SoftTimeLimitExceeded()
     logger.warning(
         "late soft time limit signal ignored: it was sent for an attempt that already ended"

@@ -22,7 +22,16 @@ from celery.worker.state import task_ready
 from django.conf import settings
 
 from config.celery_app import app
-from jobs import child_gc, db_deadline, runner, services, spool_drainer, task_states
+from jobs import (
+    child_gc,
+    db_deadline,
+    events,
+    runner,
+    services,
+    spool_drainer,
+    task_states,
+    worker_shutdown,  # noqa: F401 - a second SIGTERM is a cold shutdown
+)
 from jobs.attempt_errors import AttemptError, error_class
 from jobs.db import run_with_reconnect
 from jobs.memory_guard import MEMORY_LIMIT_EXIT_CODE
@@ -108,7 +117,6 @@ class AttemptRequest(Request):
         if self._jobs_reported:
             return
         self._jobs_reported = True
-        logger.error("Hard time limit (%ss) exceeded for %s[%s]", timeout, self.name, self.id)
         job_id = self.args[0]
         end: AttemptEnd | None
         # The child is still alive here (billiard kills it right after): its RSS
@@ -129,6 +137,23 @@ class AttemptRequest(Request):
             logger.exception("could not record hard time limit job_id=%s", job_id)
             end = None
         self.acknowledge()
+        if end is not None and end.status is None and end.job_status != JobStatus.CANCELLED:
+            # The attempt had ended before its timer fired (its result not read
+            # yet: this process was held up, e.g. by Celery's soft shutdown
+            # sleep). Its own result is discarded by billiard; no event is
+            # sent for it. billiard still ends the child: a recycle.
+            logger.warning(
+                "hard time limit timer of %s[%s] fired after its attempt had ended: not reported;"
+                " the child pid %s is replaced",
+                self.name,
+                self.id,
+                self.worker_pid,
+            )
+            events.child_recycling.send(
+                sender=Job, hostname=self.hostname, reason=events.RecycleReason.HARD_TIME_LIMIT
+            )
+            return
+        logger.error("Hard time limit (%ss) exceeded for %s[%s]", timeout, self.name, self.id)
         self._report(end, TimeLimitExceeded(timeout), traceback="")
 
     def _worker_lost(self, exc: BaseException, exc_info: ExceptionInfo) -> bool:

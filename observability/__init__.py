@@ -19,24 +19,27 @@ def start(role: str, *, hostname: str | None = None) -> None:
     (observability.series) and the tracer provider (observability.tracing;
     nothing is installed when no exporter is configured, so spans cost a
     no-op) are set up here; a child also gets its memory-dump handler.
-    Raises ValueError for an unknown role.
+    The worker's main process forks children for its whole life: it starts
+    no exporter thread, its spans are exported by its children
+    (docs/forking.md). Raises ValueError for an unknown role.
     """
     if role not in ROLES:
         raise ValueError(f"unknown telemetry role {role!r}; one of {', '.join(ROLES)}")
-    from observability import series, tracing
+    from observability import series, span_spool, tracing
 
     if role == "worker-child":
         from django.conf import settings
 
         from observability import dumps
 
-        tracing.setup(role="worker")
+        tracing.setup(role="worker", replay_from=span_spool.spool_dir())
         # After fork, so tracemalloc counts only this child's allocations.
         frames = settings.JOBS_TRACEMALLOC_FRAMES if settings.JOBS_TRACEMALLOC else 0
         dumps.install_child(tracemalloc_frames=frames)
         return
-    tracing.setup(role=role)
     if role == "worker":
+        tracing.setup_spooled(role="worker", directory=span_spool.spool_dir())
         series.initialize("worker", hostname=hostname)
     else:
+        tracing.setup(role=role)
         series.initialize(role)

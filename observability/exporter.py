@@ -13,6 +13,8 @@ its gunicorn workers' counters and the queue depth.
 from __future__ import annotations
 
 import logging
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from celery import current_app
 from django.conf import settings
@@ -22,9 +24,11 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     generate_latest,
+    make_wsgi_app,
     start_http_server,
 )
 
+from jobs import fork_gate
 from observability.collectors import (
     QueueDepthCollector,
     RetryBudgetCollector,
@@ -43,6 +47,8 @@ from observability.worker_monitor import WorkerMonitor, WorkerUpCollector
 logger = logging.getLogger(__name__)
 
 _worker_server: object | None = None
+METRICS_THREAD_NAME = "jobs-worker-metrics"
+SCRAPE_SOCKET_TIMEOUT = 5.0
 
 
 def prepare_worker_dir(*, nodename: str) -> None:
@@ -82,6 +88,40 @@ def worker_registry(*, hostname: str, max_memory_kb: int) -> CollectorRegistry:
     return registry
 
 
+class _QuietHandler(WSGIRequestHandler):
+    # A client that stalls mid-request holds the fork gate no longer than this (seconds).
+    timeout = SCRAPE_SOCKET_TIMEOUT
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+        return None
+
+
+class GatedWSGIServer(WSGIServer):
+    """prometheus-client's exporter, one request at a time, each a jobs.fork_gate section.
+
+    The worker's main process forks pool children for its whole life; a
+    scrape (reading metric files, the process table, imports on the first
+    one) must not be under way in another thread when it does.
+    """
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with fork_gate.section("worker metrics"):
+            super().process_request(request, client_address)
+
+
+def serve_gated(*, port: int, addr: str, registry: CollectorRegistry) -> GatedWSGIServer:
+    """Serve `registry` at http://addr:port/metrics from one registered thread; returns the server."""
+    server = make_server(
+        addr,
+        port,
+        make_wsgi_app(registry),
+        server_class=GatedWSGIServer,
+        handler_class=_QuietHandler,
+    )
+    fork_gate.start_thread(server.serve_forever, name=METRICS_THREAD_NAME)
+    return server
+
+
 def start_worker_exporter(*, hostname: str, max_memory_kb: int) -> None:
     """Serve the worker's /metrics from this (main) process, once. Port 0 turns it off."""
     global _worker_server
@@ -90,8 +130,8 @@ def start_worker_exporter(*, hostname: str, max_memory_kb: int) -> None:
         return
     registry = worker_registry(hostname=hostname, max_memory_kb=max_memory_kb)
     try:
-        _worker_server = start_http_server(
-            port, addr=settings.JOBS_WORKER_METRICS_ADDR, registry=registry
+        _worker_server = serve_gated(
+            port=port, addr=settings.JOBS_WORKER_METRICS_ADDR, registry=registry
         )
     except OSError as exc:
         logger.error("worker metrics not served: port %s: %s", port, exc)

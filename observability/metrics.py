@@ -170,6 +170,14 @@ jobs_worker_children_recycled_total = Counter(
     "hard_time_limit; worker_lost).",
     ("hostname", "reason"),
 )
+jobs_worker_child_attempts_total = Counter(
+    "jobs_worker_child_attempts",
+    "Attempts each worker child ended, by kind and outcome. child: its pool index (0 to "
+    "concurrency-1), which a replacement child takes over, so there are as many series as "
+    "the pool has places; hard_timeout and worker_lost are recorded by the main process and "
+    "not counted here.",
+    ("hostname", "child", "kind", "outcome"),
+)
 jobs_worker_child_owned_bytes = Gauge(
     "jobs_worker_child_owned_bytes",
     "Memory each live worker child owns: its RSS grown since it was forked, what the per-child "

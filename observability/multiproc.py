@@ -17,6 +17,7 @@ and scrapes slow down from milliseconds to tens of seconds
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import re
@@ -129,12 +130,14 @@ def _fold(source: Path, archive: Path) -> None:
         target.close()
 
 
-def compact(directory: Path, *, dead: set[int] | None = None) -> list[int]:
+def compact(
+    directory: Path, *, dead: set[int] | None = None, only: set[int] | None = None
+) -> list[int]:
     """Fold the files of dead processes into the archive; returns the pids handled.
 
     `dead` forces pids to be treated as dead (the caller knows better); by
     default a pid is dead when no such process exists or it is a zombie.
-    Call with `locked(directory)` held.
+    `only` limits the work to those pids. Call with `locked(directory)` held.
     """
     by_pid: dict[int, list[tuple[str, Path]]] = {}
     for path in directory.glob("*.db"):
@@ -143,6 +146,8 @@ def compact(directory: Path, *, dead: set[int] | None = None) -> list[int]:
             by_pid.setdefault(int(match["pid"]), []).append((match["type"], path))
     handled = []
     for pid, files in by_pid.items():
+        if only is not None and pid not in only:
+            continue
         if pid == os.getpid() or ((dead is None or pid not in dead) and _alive(pid)):
             continue
         multiprocess.mark_process_dead(pid, str(directory))
@@ -156,6 +161,40 @@ def compact(directory: Path, *, dead: set[int] | None = None) -> list[int]:
     if handled:
         logger.debug("metrics: folded files of %s dead processes", len(handled))
     return handled
+
+
+def file_pids(directory: Path) -> set[int]:
+    """Pids that have metric files in `directory`."""
+    return {
+        int(match["pid"]) for path in directory.glob("*.db") if (match := _FILE.match(path.name))
+    }
+
+
+def counter_totals(directory: Path, family: str, label: str) -> dict[str, int]:
+    """{value of `label`: total} of counter `family` over every process's file in `directory`.
+
+    Reads only the counter files and parses only that family's entries (a
+    full collection merges every series, histograms included: ~300x the
+    work), under the directory's lock, so a file folded meanwhile by
+    another reader is counted once. Folds nothing (`compact` does).
+    """
+    quoted = json.dumps(family)
+    totals: dict[str, int] = {}
+    with locked(directory):
+        for path in directory.glob("counter_*.db"):
+            if not _has_values(path):
+                continue
+            for key, value, _timestamp, _pos in MmapedDict.read_all_values_from_file(str(path)):
+                if quoted not in key:
+                    continue
+                # prometheus-client's key (mmap_dict.mmap_key): [family, sample,
+                # labels, help]; tests/unit/test_multiproc_counters.py fails if it changes.
+                metric, _sample, labels, _help = json.loads(key)
+                if metric != family:
+                    continue
+                name = labels.get(label, "unknown")
+                totals[name] = totals.get(name, 0) + int(value)
+    return totals
 
 
 class CompactingMultiProcessCollector(multiprocess.MultiProcessCollector):

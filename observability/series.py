@@ -25,13 +25,13 @@ from typing import Any
 
 from prometheus_client.registry import Collector
 
+from jobs.events import RecycleReason
 from observability import metrics as m
 
 TASK_NAME = "jobs.run_attempt"
 TERMINAL = ("succeeded", "dead", "cancelled")
 REJECT_REASONS = ("invalid", "conflict", "queue_full", "too_large", "unauthenticated")
 DROP_REASONS = ("live", "terminal", "stale", "budget")
-RECYCLE_REASONS = ("max_tasks", "max_memory", "memory_limit", "hard_time_limit", "worker_lost")
 LOST_SIGNALS = ("SIGKILL", "SIGSEGV", "SIGABRT", "SIGTERM")
 # Exceptions an attempt ends with whatever the kind: known up front.
 KNOWN_EXCEPTIONS = (
@@ -100,7 +100,7 @@ def initialize(role: str, *, hostname: str | None = None) -> None:
         for resource in ("threads", "memory"):
             m.jobs_leak_suspected_total.labels(kind, resource)
     if role == "worker":
-        for reason in RECYCLE_REASONS:
+        for reason in RecycleReason:
             m.jobs_worker_children_recycled_total.labels(host, reason)
         for signal_name in LOST_SIGNALS:
             m.jobs_workers_lost_total.labels(host, signal_name)

@@ -17,8 +17,10 @@ from django.dispatch import receiver
 import observability
 from jobs import events
 from jobs.decisions import Decision
+from jobs.events import RecycleReason
+from jobs.kinds.registry import kind_names
 from jobs.models import Attempt, AttemptOutcome, Job, JobStatus
-from observability import exporter, memory, task_events, tracing
+from observability import child_attempts, exporter, memory, task_events, tracing
 from observability import metrics as m
 from observability.task_events import host_of
 
@@ -53,7 +55,8 @@ def on_celeryd_init(
 @celery_signals.worker_ready.connect
 def on_worker_ready(sender: Any = None, **_: Any) -> None:
     # The main process records hard limits and lost children: their spans are
-    # exported from here (children set up their own provider after fork).
+    # spooled for its children to export (it forks for its whole life, so it
+    # runs no exporter thread: docs/forking.md).
     observability.start("worker", hostname=sender.hostname)
     # Every task counter of the attempt task exists (at 0) from the start, per
     # queue consumed, so rate() and increase() over them are exact from the
@@ -75,6 +78,7 @@ def on_child_start(**_: Any) -> None:
     m.jobs_worker_child_owned_bytes.labels(_host["name"] or host_of(None)).set(memory.owned_bytes())
     _child["tasks"] = 0
     _child["in_flight"] = set()
+    child_attempts.initialize(hostname=_host["name"] or host_of(None), kinds=kind_names())
     observability.start("worker-child")
 
 
@@ -98,7 +102,7 @@ def on_task_postrun(sender: Any = None, task: Any = None, **_: Any) -> None:
     limit_kb = _limits["max_memory_kb"]
     if limit_kb and owned // 1024 > limit_kb:
         return
-    m.jobs_worker_children_recycled_total.labels(hostname, "max_tasks").inc()
+    m.jobs_worker_children_recycled_total.labels(hostname, RecycleReason.MAX_TASKS).inc()
 
 
 @receiver(events.child_recycling)
@@ -183,6 +187,14 @@ def on_attempt_finished(
     if key in _child["in_flight"]:  # this process started it
         _child["in_flight"].discard(key)
         m.jobs_attempts_in_flight.labels(kind, queue).dec()
+        child_attempts.observe(
+            hostname=_host["name"] or host_of(attempt.worker_hostname),
+            node=attempt.worker_hostname,
+            kind=kind,
+            outcome=outcome,
+            job_id=job.pk,
+            attempt=attempt.number,
+        )
     m.jobs_attempts_total.labels(kind, queue, outcome).inc()
     if attempt.finished_at and attempt.started_at:
         seconds = (attempt.finished_at - attempt.started_at).total_seconds()
@@ -203,13 +215,13 @@ def on_attempt_finished(
         m.jobs_time_limits_hit_total.labels(kind, queue, "soft").inc()
     elif outcome == AttemptOutcome.HARD_TIMEOUT:
         m.jobs_time_limits_hit_total.labels(kind, queue, "hard").inc()
-        child_lost(hostname=attempt.worker_hostname, reason="hard_time_limit")
+        child_lost(hostname=attempt.worker_hostname, reason=RecycleReason.HARD_TIME_LIMIT)
     elif outcome == AttemptOutcome.WORKER_LOST:
         # Recorded once per lost attempt, by whoever noticed (the worker's main
         # process, a redelivery, the lease sweep); billiard's message names the signal.
         child_lost(
             hostname=attempt.worker_hostname,
-            reason="worker_lost",
+            reason=RecycleReason.WORKER_LOST,
             signal_name=signal_of(attempt.error_message),
         )
     # The decision travels with the event (jobs.decisions): never re-derived here.

@@ -5,7 +5,10 @@ created before a prefork fork, the children inherit a dead thread and their
 spans vanish (opentelemetry-python-contrib issue 166). So setup runs after
 fork: `worker_process_init` in Celery children, gunicorn's `post_fork` in
 web workers, at start in the scheduler. Spans are flushed before a child
-exits or is recycled (`worker_process_shutdown`; contrib issue 4916).
+exits or is recycled (`worker_process_shutdown`; contrib issue 4916). The
+worker's main process, which forks children for its whole life, exports
+nothing itself: its spans are spooled to files its children export
+(`setup_spooled`, observability.span_spool, docs/forking.md).
 
 Exporters: OTLP over HTTP when OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set
 (the SDK reads the other standard OTEL_* variables itself); a JSON-lines
@@ -23,22 +26,27 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from observability import http_spans, span_spool
 
 logger = logging.getLogger(__name__)
 
 _propagator = TraceContextTextMapPropagator()
 _provider: Any = None
 _lock = threading.Lock()
+# The span spool this process replays (a worker child's), or None.
+_replay: dict[str, Path | None] = {"from": None}
 TRACER_NAME = "jobs"
 
 
@@ -92,52 +100,100 @@ class JsonLinesSpanExporter:
         return True
 
 
-def _exporter() -> Any:
-    from django.conf import settings
-
+def enabled() -> bool:
+    """Whether this process exports spans (an exporter is configured and the SDK not disabled)."""
     if settings.OTEL_SDK_DISABLED:
+        return False
+    return bool(
+        settings.JOBS_OTEL_SPAN_FILE
+        or settings.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+        or settings.OTEL_EXPORTER_OTLP_ENDPOINT
+    )
+
+
+def _exporter() -> Any:
+    if not enabled():
         return None
     if settings.JOBS_OTEL_SPAN_FILE:
         return JsonLinesSpanExporter(settings.JOBS_OTEL_SPAN_FILE)
-    if settings.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or settings.OTEL_EXPORTER_OTLP_ENDPOINT:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        return OTLPSpanExporter()
-    return None
+    return OTLPSpanExporter()
 
 
-def setup(*, role: str) -> bool:
+def _install(provider: Any) -> None:
+    global _provider
+    provider._jobs_pid = os.getpid()
+    # The global provider can be set once per process; after fork the
+    # child's copy still points at the parent's, so replace it directly.
+    trace._TRACER_PROVIDER_SET_ONCE._done = False
+    trace.set_tracer_provider(provider)
+    _provider = provider
+
+
+def _resource(role: str) -> Any:
+    from opentelemetry.sdk.resources import Resource  # noqa: PLC0415 - import cost
+
+    return Resource.create(
+        {
+            "service.name": settings.OTEL_SERVICE_NAME,
+            "service.instance.role": role,
+            # Which process sent it (semantic conventions, process.pid): a
+            # worker child also sends its main process's spans (span_spool).
+            "process.pid": os.getpid(),
+        }
+    )
+
+
+def setup(*, role: str, replay_from: Path | None = None) -> bool:
     """Install a TracerProvider in this process (call after fork). Returns False when tracing is off.
 
     `role` (web, worker, scheduler) becomes the `service.instance.role`
     resource attribute. Instruments Celery (publish and run spans) and, for
-    the web, Django.
+    the web, Django. `replay_from` (a worker child's) is the span spool of
+    its worker's main process (observability.span_spool): replayed at
+    once and every second from a thread, and at shutdown().
     """
-    global _provider
     exporter = _exporter()
     if exporter is None:
         return False
-    from django.conf import settings
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415 - import cost
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: PLC0415 - import cost
 
     with _lock:
         if _provider is not None and getattr(_provider, "_jobs_pid", None) == os.getpid():
             return True
-        provider = TracerProvider(
-            resource=Resource.create(
-                {"service.name": settings.OTEL_SERVICE_NAME, "service.instance.role": role}
-            )
-        )
+        provider = TracerProvider(resource=_resource(role))
         provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=500))
-        provider._jobs_pid = os.getpid()
-        # The global provider can be set once per process; after fork the
-        # child's copy still points at the parent's, so replace it directly.
-        trace._TRACER_PROVIDER_SET_ONCE._done = False
-        trace.set_tracer_provider(provider)
-        _provider = provider
+        _install(provider)
+        _replay["from"] = replay_from
     _instrument(role)
+    if replay_from is not None:
+        # From a thread: a flush to a slow receiver must not hold up the
+        # child's start (billiard ends a child that is not up within 4 s).
+        span_spool.replayer.start(replay_from, tracer_name=TRACER_NAME, flush=flush)
+    return True
+
+
+def setup_spooled(*, role: str, directory: Path | None) -> bool:
+    """Install a TracerProvider that spools its spans for the children to export (no thread).
+
+    For a process that forks children for its whole life (the worker's
+    main process, docs/forking.md): each span is written to `directory` in
+    the thread that ends it (observability.span_spool). Nothing is
+    instrumented. Returns False when tracing is off or there is no directory.
+    """
+    if not enabled() or directory is None:
+        return False
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415 - import cost
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: PLC0415 - import cost
+
+    with _lock:
+        if _provider is not None and getattr(_provider, "_jobs_pid", None) == os.getpid():
+            return True
+        provider = TracerProvider(resource=_resource(role))
+        provider.add_span_processor(SimpleSpanProcessor(span_spool.SpoolExporter(directory)))
+        _install(provider)
     return True
 
 
@@ -148,10 +204,10 @@ def _instrument(role: str) -> None:
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
 
     celery = CeleryInstrumentor()
-    # A child forked after the worker's main process instrumented Celery
-    # (worker_ready) inherits that instrumentation, bound to the parent's
-    # provider: its spans would go to a copy nobody flushes at the child's
-    # exit. Instrument again, bound to this process's provider.
+    # A process forked after its parent instrumented Celery inherits that
+    # instrumentation, bound to the parent's provider: its spans would go to
+    # a copy nobody flushes at the child's exit. Instrument again, bound to
+    # this process's provider.
     if celery.is_instrumented_by_opentelemetry and _instrumented_pid.get("celery") != os.getpid():
         celery.uninstrument()
     if not celery.is_instrumented_by_opentelemetry:
@@ -162,74 +218,16 @@ def _instrument(role: str) -> None:
 
         if not DjangoInstrumentor().is_instrumented_by_opentelemetry:
             DjangoInstrumentor().instrument(
-                excluded_urls=UNTRACED_URLS, response_hook=name_span_by_route
+                excluded_urls=http_spans.UNTRACED_URLS, response_hook=http_spans.name_span_by_route
             )
 
 
-# Scrapes and health checks are not traced: they are most of the requests and
-# say nothing about a job (regexes searched in the full URL, OTel's ExcludeList).
-UNTRACED_URLS = "/metrics$,/healthz$"
-_GROUP = re.compile(r"\(\?P<(?P<name>\w+)>")
-_CONVERTER = re.compile(r"<(?:\w+:)?(?P<name>\w+)>")
-
-
-def route_template(route: str) -> str:
-    """Django's matched route as an OpenTelemetry `http.route` template.
-
-    "api/jobs/(?P<pk>[0-9a-f-]+)/cancel/$" -> "/api/jobs/{pk}/cancel/", and
-    "admin/jobs/job/<path:object_id>/change/" -> "/admin/jobs/job/{object_id}/change/":
-    named groups and path converters become `{name}`, anchors and escapes go
-    (semantic conventions, http.route: "the matched route, that is, the path
-    template"; low cardinality, never the raw path).
-    """
-    out: list[str] = []
-    i = 0
-    while i < len(route):
-        group = _GROUP.match(route, i)
-        if group:
-            depth, j = 1, group.end()
-            while j < len(route) and depth:  # skip the group's pattern, nested parens included
-                if route[j] == "\\":
-                    j += 1
-                elif route[j] == "(":
-                    depth += 1
-                elif route[j] == ")":
-                    depth -= 1
-                j += 1
-            out.append("{" + group.group("name") + "}")
-            i = j
-            continue
-        char = route[i]
-        if char == "\\" and i + 1 < len(route):
-            out.append(route[i + 1])
-            i += 2
-            continue
-        if char not in "^$?":
-            out.append(char)
-        i += 1
-    template = _CONVERTER.sub(lambda m: "{" + m.group("name") + "}", "".join(out))
-    return "/" + template.lstrip("/")
-
-
-def name_span_by_route(span: Any, request: Any, response: Any) -> None:
-    """Django instrumentation response hook: span name "METHOD /route/{param}/" and http.route.
-
-    The instrumentation names a span by the raw route regex; with DRF's
-    routers that is an unreadable pattern. Unmatched paths keep the method
-    alone as the name (a 404 must not add a span name per path).
-    """
-    match = getattr(request, "resolver_match", None)
-    route = getattr(match, "route", None) if match is not None else None
-    if not route or not span.is_recording():
-        return
-    template = route_template(route)
-    span.set_attribute("http.route", template)
-    span.update_name(f"{request.method} {template}")
-
-
 def shutdown() -> None:
-    """Flush and stop this process's provider (before a child exits)."""
+    """Replay what is spooled, flush and stop this process's provider (before a child exits)."""
     global _provider
+    if _replay["from"] is not None and _provider is not None:
+        span_spool.replayer.stop()
+        span_spool.replay_spooled(_replay["from"], tracer_name=TRACER_NAME, flush=flush)
     with _lock:
         provider, _provider = _provider, None
     if provider is not None and getattr(provider, "_jobs_pid", None) == os.getpid():

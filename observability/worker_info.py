@@ -37,6 +37,7 @@ import psutil
 from celery import bootsteps
 from celery.worker.control import inspect_command
 
+from jobs.child_retire import limit_shown_kib
 from observability import dumps
 from observability.memory import rss_bytes
 
@@ -148,8 +149,9 @@ def memory_block(worker: Any, *, with_pending_retries: bool = True) -> dict[str,
     return {
         "children": children,
         "main_rss_bytes": rss_bytes(),
-        # Celery's setting is in KiB (config/settings/celery.py).
-        "max_memory_per_child_bytes": int(worker.max_memory_per_child or 0) * 1024,
+        # Celery's setting is in KiB (config/settings/celery.py); without a
+        # limit the pool has an unreachable one (jobs.child_retire).
+        "max_memory_per_child_bytes": limit_shown_kib(worker.max_memory_per_child) * 1024,
         "max_tasks_per_child": int(worker.max_tasks_per_child or 0),
         "pending_retries": pending_retries() if with_pending_retries else None,
     }

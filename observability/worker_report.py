@@ -38,6 +38,11 @@ from typing import Any
 
 from django.conf import settings
 
+from jobs import fork_gate
+from jobs.broker import broker_client
+from observability.multiproc import compact, counter_totals, file_pids, locked, multiproc_dir
+from observability.worker_info import memory_block
+
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "jobs:worker-report:"
@@ -48,31 +53,18 @@ RECYCLED_FAMILY = "jobs_worker_children_recycled"
 
 def recycled_by_reason() -> dict[str, int]:
     """{reason: children recycled} summed over this worker's metric files; {} when none are kept."""
-    from prometheus_client import CollectorRegistry
-
-    from observability.multiproc import CompactingMultiProcessCollector, multiproc_dir
-
     directory = multiproc_dir()
     if directory is None:
         return {}
-    registry = CollectorRegistry()
-    CompactingMultiProcessCollector(registry, directory)
-    totals: dict[str, int] = {}
-    for family in registry.collect():
-        if family.name != RECYCLED_FAMILY:
-            continue
-        for sample in family.samples:
-            if sample.name.endswith("_total"):
-                reason = sample.labels.get("reason", "unknown")
-                totals[reason] = totals.get(reason, 0) + int(sample.value)
-    return totals
+    return counter_totals(directory, RECYCLED_FAMILY, "reason")
 
 
-def build_report(worker: Any) -> dict[str, Any]:
-    """This worker's report (module docstring); read in its main process."""
-    from observability.worker_info import memory_block
+def build_report(worker: Any, *, memory: dict[str, Any] | None = None) -> dict[str, Any]:
+    """This worker's report (module docstring); read in its main process.
 
-    memory = memory_block(worker, with_pending_retries=False)
+    `memory` is its memory_block(), read now when not given.
+    """
+    memory = memory or memory_block(worker, with_pending_retries=False)
     return {
         "hostname": worker.hostname,
         "at": time.time(),
@@ -194,6 +186,8 @@ def parse_report(raw: Any) -> dict[str, Any] | None:
 class ReportWriter(threading.Thread):
     """Daemon thread in the worker's main process: writes the report every `interval` seconds.
 
+    Each tick is a jobs.fork_gate section (the main process forks children).
+
     A failed write (Redis down) is logged once per outage and retried on the
     next tick; it never affects the worker.
     """
@@ -206,15 +200,34 @@ class ReportWriter(threading.Thread):
         self._failing = False
 
     def tick(self) -> None:
-        from jobs.broker import broker_client
-
+        # This process forks pool children: a fork waits for the section under
+        # way, so the tick is a few short ones (read, fold, count, write).
         try:
-            write_report(broker_client(), build_report(self.worker), ttl=3 * self.interval)
+            with fork_gate.section("worker report: memory"):
+                memory = memory_block(self.worker, with_pending_retries=False)
+            self._fold_dead_children()
+            with fork_gate.section("worker report: recycles"):
+                report = build_report(self.worker, memory=memory)
+            with fork_gate.section("worker report: write"):
+                write_report(broker_client(), report, ttl=3 * self.interval)
             self._failing = False
         except Exception as exc:  # a report is best-effort; the worker must not care
-            if not self._failing:
-                logger.warning("worker report not written: %s: %s", type(exc).__name__, exc)
-            self._failing = True
+            with fork_gate.section("worker report: log"):
+                if not self._failing:
+                    logger.warning("worker report not written: %s: %s", type(exc).__name__, exc)
+                self._failing = True
+
+    def _fold_dead_children(self) -> None:
+        # One child at a time, each a section: a fold is the longest step
+        # (scrapes fold them too).
+        directory = multiproc_dir()
+        if directory is None:
+            return
+        with fork_gate.section("worker report: list"):
+            pids = sorted(file_pids(directory))
+        for pid in pids:
+            with fork_gate.section("worker report: fold"), locked(directory):
+                compact(directory, only={pid})
 
     def run(self) -> None:
         while not self.stopped.is_set():
@@ -230,6 +243,6 @@ def start_writer(worker: Any) -> ReportWriter | None:
     interval = settings.JOBS_WORKER_REPORT_INTERVAL
     if interval <= 0:
         return None
-    writer = ReportWriter(worker, interval=interval)
+    writer = fork_gate.register(ReportWriter(worker, interval=interval))
     writer.start()
     return writer

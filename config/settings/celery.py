@@ -73,13 +73,18 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     # with them) every unacked_restore_interval (10 s), not every 10th time.
     "unacked_restore_throttle": 1,
 }
-# #worker-soft-shutdown-timeout: on a cold shutdown (second SIGTERM, SIGQUIT)
-# running attempts still get this long before being cancelled and requeued;
-# a first SIGTERM is a warm shutdown that waits for them (each bounded by its
-# hard limit). #worker-enable-soft-shutdown-on-idle: requeue reserved
-# messages even when nothing runs.
-CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = env.float("JOBS_WORKER_SOFT_SHUTDOWN_TIMEOUT", default=60.0)
-CELERY_WORKER_ENABLE_SOFT_SHUTDOWN_ON_IDLE = True
+# #worker-soft-shutdown-timeout: a cold shutdown (SIGQUIT, or a second SIGTERM:
+# jobs.worker_shutdown) cancels running attempts at once; they are recorded as
+# interrupted and their messages redelivered. Celery's soft shutdown waits this
+# many seconds first by sleeping inside the signal handler, with the event loop
+# stopped: no result is read meanwhile, so attempts that end in the window are
+# cancelled all the same and their time-limit timers fire late (docs/shutdown.md).
+# A first SIGTERM is a warm shutdown that waits for running attempts (each
+# bounded by its hard limit). #worker-enable-soft-shutdown-on-idle: off, so an
+# idle worker never waits; unacked messages go back to the queue when the
+# worker's broker channel closes.
+CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = env.float("JOBS_WORKER_SOFT_SHUTDOWN_TIMEOUT", default=0.0)
+CELERY_WORKER_ENABLE_SOFT_SHUTDOWN_ON_IDLE = False
 
 # Celery's Django fixup closes every database connection before and after
 # each task unless CELERY_DB_REUSE_MAX is set (celery/fixups/django.py

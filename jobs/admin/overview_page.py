@@ -8,9 +8,7 @@ from django.conf import settings
 
 from jobs import overview
 from jobs.admin import charts, display
-
-# Reasons of jobs_worker_children_recycled_total (observability.metrics).
-RECYCLE_REASONS = ("max_tasks", "max_memory", "memory_limit", "hard_time_limit", "worker_lost")
+from jobs.events import RecycleReason
 
 
 def _node(hostname: str) -> str:
@@ -54,7 +52,7 @@ def context() -> dict[str, Any]:
         for c in memory.children
     ]
     # Every reason the worker counts, zeros included: "none yet" is an answer too.
-    reasons = sorted(set(RECYCLE_REASONS) | set(memory.recycled))
+    reasons = sorted({str(r) for r in RecycleReason} | set(memory.recycled))
     recycle_items = [(r, float(memory.recycled.get(r, 0)), None) for r in reasons]
     dead_items = [
         (reason, float(sum(kinds.values())), None) for reason, kinds in sorted(dead.items())

@@ -140,6 +140,8 @@ def test_submissions_counted_when_accepted_and_rejections_by_reason(plat: Platfo
             "celery_task_runtime_count": {lbl(**TASK): 3},
             "jobs_end_to_end_seconds_count": {lbl(**FLAKY, outcome="succeeded"): 3},
             "jobs_attempt_rss_growth_bytes_count": {lbl(kind="demo.flaky"): 3},
+            # by the pool place of the child that ran each (0 or 1: summed)
+            "jobs_worker_child_attempts_total": 3,
         },
     )
 
@@ -199,6 +201,7 @@ def test_attempt_counters_follow_a_job_that_retried_once(plat: Platform) -> None
             "celery_task_runtime_count": {lbl(**TASK): 1},
             "jobs_end_to_end_seconds_count": {lbl(**FLAKY, outcome="succeeded"): 1},
             "jobs_attempt_rss_growth_bytes_count": {lbl(kind="demo.flaky"): 2},
+            "jobs_worker_child_attempts_total": 2,
         },
     )
     # and the histograms' sums hold the measured times: each attempt slept 0.3 s, and
@@ -255,6 +258,7 @@ def test_dead_letters_counted_and_gauged_through_requeue(plat: Platform) -> None
             "jobs_attempt_duration_seconds_count": {lbl(**FLAKY, outcome="error"): 3},
             "jobs_end_to_end_seconds_count": {lbl(**FLAKY, outcome="dead"): 1},
             "jobs_attempt_rss_growth_bytes_count": {lbl(kind="demo.flaky"): 3},
+            "jobs_worker_child_attempts_total": 3,
         },
     )
 
@@ -335,6 +339,7 @@ def test_cancelled_running_attempt_is_a_revoked_task(plat: Platform) -> None:
             "jobs_attempt_duration_seconds_count": {lbl(**FLAKY, outcome="cancelled"): 1},
             "jobs_end_to_end_seconds_count": {lbl(**FLAKY, outcome="cancelled"): 1},
             "jobs_attempt_rss_growth_bytes_count": {lbl(kind="demo.flaky"): 1},
+            "jobs_worker_child_attempts_total": 1,
         },
     )
 

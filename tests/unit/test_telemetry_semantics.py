@@ -8,8 +8,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from observability import task_events
+from observability.http_spans import name_span_by_route, route_template
 from observability.series import failed_series
-from observability.tracing import name_span_by_route, route_template
 from observability.worker_monitor import WorkerMonitor, WorkerUpCollector
 
 TASK = "unit.task_events"
