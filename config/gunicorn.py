@@ -42,10 +42,10 @@ def post_fork(server: Any, worker: Any) -> None:
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
     django.setup()
-    import observability
     from jobs import db_deadline
+    from jobs.telemetry import process
 
-    observability.start("web")
+    process.start("web")
     # A silent database must not hold this worker's threads (jobs.db_deadline).
     db_deadline.enable()
 

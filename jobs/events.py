@@ -1,6 +1,6 @@
 """Domain events, sent by jobs.services after the change is committed.
 
-Telemetry subscribes to these (observability.signals); services never
+Telemetry subscribes to these (jobs.telemetry); services never
 import metrics. Every signal is sent with `sender=Job` and keyword arguments:
 
 - job_submitted(job)

@@ -194,7 +194,7 @@ jobs_leak_suspected_total = Counter(
     ("kind", "resource"),
 )
 
-# --- computed at scrape time (observability.collectors) ---------------------
+# --- computed at scrape time (observability.collectors, jobs.telemetry.collectors) ---
 # Read from shared state when scraped, so they are right in every process
 # and after any crash. {name: (type, labels, help)}
 SCRAPE_TIME_SERIES: dict[str, tuple[str, tuple[str, ...], str]] = {
