@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from jobs import task_names
 from jobs.decisions import RETRYABLE_OUTCOMES
 from jobs.events import RecycleReason
 from jobs.kinds.registry import kind_names
@@ -17,7 +18,7 @@ from jobs.models import AttemptOutcome, DeadReason
 from observability import metrics as m
 from observability.task_events import host_of
 
-TASK_NAME = "jobs.run_attempt"
+TASK_NAME = task_names.RUN_ATTEMPT
 TERMINAL = ("succeeded", "dead", "cancelled")
 REJECT_REASONS = ("invalid", "conflict", "queue_full", "too_large", "unauthenticated")
 DROP_REASONS = ("live", "terminal", "stale", "budget")

@@ -15,7 +15,7 @@ from typing import Any
 from celery import signals as celery_signals
 from django.dispatch import receiver
 
-from jobs import events
+from jobs import events, task_names
 from jobs.events import RecycleReason
 from jobs.kinds.registry import kind_names
 from jobs.telemetry import child_attempts, exporters, process
@@ -75,7 +75,7 @@ def on_worker_ready(sender: Any = None, **_: Any) -> None:
     queues = [queue.name for queue in sender.app.amqp.queues.consume_from.values()]
     for queue in queues or [m.UNKNOWN]:
         task_events.observe(
-            "init", name="jobs.run_attempt", hostname=sender.hostname, request=None, queue=queue
+            "init", name=task_names.RUN_ATTEMPT, hostname=sender.hostname, request=None, queue=queue
         )
     exporters.start_worker_exporter(
         hostname=host_of(sender.hostname), max_memory_kb=state.max_memory_kb
