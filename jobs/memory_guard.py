@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from opentelemetry import trace
 
 from jobs import events
 from jobs.kinds.base import AttemptContext
@@ -48,6 +49,7 @@ from jobs.models import AttemptOutcome, Job
 from jobs.policy import Policy
 from jobs.services.records import AttemptReport
 from jobs.supervisor import supervisor
+from observability import tracing
 from observability.memory import owned_bytes
 
 logger = logging.getLogger(__name__)
@@ -349,9 +351,6 @@ class AttemptMemoryGuard:
     def _end_span(self, message: str) -> None:
         if self.span is None:
             return
-        from opentelemetry import trace
-
-        from observability import tracing
 
         try:
             self.span.set_attribute("job.outcome", str(AttemptOutcome.MEMORY_LIMIT))

@@ -25,12 +25,12 @@ def start(role: str, *, hostname: str | None = None) -> None:
     """
     if role not in ROLES:
         raise ValueError(f"unknown telemetry role {role!r}; one of {', '.join(ROLES)}")
-    from observability import span_spool, tracing
+    from observability import span_spool, tracing  # noqa: PLC0415 - import cost: tracing pulls in OpenTelemetry; the package is imported before a role starts
 
     if role == "worker-child":
-        from django.conf import settings
+        from django.conf import settings  # noqa: PLC0415 - import cost: the package is imported before Django is set up
 
-        from observability import dumps
+        from observability import dumps  # noqa: PLC0415 - import cost: dumps only in a worker child
 
         tracing.setup(role="worker", replay_from=span_spool.spool_dir())
         # After fork, so tracemalloc counts only this child's allocations.

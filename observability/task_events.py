@@ -23,6 +23,7 @@ of a failure under a never-seen exception name shows one scrape later.
 from __future__ import annotations
 
 import re
+import socket
 from typing import Any
 
 from observability import metrics as m
@@ -41,7 +42,6 @@ _seen: set[tuple[str, str, str]] = set()
 
 def host_of(nodename: str | None) -> str:
     """Host part of a Celery node name ("worker1@box" -> "box"), as celery-exporter labels it."""
-    import socket
 
     return (nodename or socket.gethostname()).rpartition("@")[2]
 
