@@ -13,8 +13,8 @@ from django.dispatch import receiver
 
 from jobs import events
 from jobs.decisions import Decision
-from jobs.events import RecycleReason
 from jobs.models import Attempt, AttemptOutcome, Job, JobStatus
+from jobs.reasons import DropReason, Limit, RecycleReason
 from jobs.telemetry import child_attempts
 from jobs.telemetry.worker_events import child_lost, signal_of, state
 from observability import metrics as m
@@ -76,9 +76,9 @@ def on_attempt_finished(
             attributes=tracing.decision_attributes(decision),
         )
     if outcome == AttemptOutcome.SOFT_TIMEOUT:
-        m.jobs_time_limits_hit_total.labels(kind, queue, "soft").inc()
+        m.jobs_time_limits_hit_total.labels(kind, queue, Limit.SOFT).inc()
     elif outcome == AttemptOutcome.HARD_TIMEOUT:
-        m.jobs_time_limits_hit_total.labels(kind, queue, "hard").inc()
+        m.jobs_time_limits_hit_total.labels(kind, queue, Limit.HARD).inc()
         child_lost(hostname=attempt.worker_hostname, reason=RecycleReason.HARD_TIME_LIMIT)
     elif outcome == AttemptOutcome.WORKER_LOST:
         # Recorded once per lost attempt, by whoever noticed (the worker's main
@@ -124,7 +124,7 @@ def on_job_completed(job: Job, **_: Any) -> None:
 @receiver(events.delivery_dropped)
 def on_delivery_dropped(job: Job, reason: str, **_: Any) -> None:
     m.jobs_duplicate_deliveries_total.labels(job.kind, job.queue, reason).inc()
-    if reason == "budget":
+    if reason == DropReason.BUDGET:
         # A retry held at its start (jobs.services.attempt_start._held_by_retry_budget):
         # refused by the budget, deferred while its job waits again.
         m.jobs_retry_budget_exhausted_total.labels(job.kind, job.queue).inc()

@@ -12,16 +12,14 @@ from django.conf import settings
 
 from jobs import task_names
 from jobs.decisions import RETRYABLE_OUTCOMES
-from jobs.events import RecycleReason
 from jobs.kinds.registry import kind_names
 from jobs.models import AttemptOutcome, DeadReason
+from jobs.reasons import DropReason, LeakResource, Limit, RecycleReason, RejectReason
 from observability import metrics as m
 from observability.task_events import host_of
 
 TASK_NAME = task_names.RUN_ATTEMPT
 TERMINAL = ("succeeded", "dead", "cancelled")
-REJECT_REASONS = ("invalid", "conflict", "queue_full", "too_large", "unauthenticated")
-DROP_REASONS = ("live", "terminal", "stale", "budget")
 LOST_SIGNALS = ("SIGKILL", "SIGSEGV", "SIGABRT", "SIGTERM")
 
 
@@ -42,8 +40,8 @@ def initialize(role: str, *, hostname: str | None = None) -> None:
             m.jobs_retry_budget_fallback_total.labels(kind, queue)
             m.jobs_retry_delay_seconds.labels(kind, queue)
             m.jobs_messages_lost_total.labels(kind, queue)
-            for reason in REJECT_REASONS:
-                m.jobs_rejected_total.labels(kind, queue, reason)
+            for rejected in RejectReason:
+                m.jobs_rejected_total.labels(kind, queue, rejected)
             for outcome in AttemptOutcome.values:
                 m.jobs_attempts_total.labels(kind, queue, outcome)
                 m.jobs_attempt_duration_seconds.labels(kind, queue, outcome)
@@ -54,19 +52,19 @@ def initialize(role: str, *, hostname: str | None = None) -> None:
                 m.jobs_end_to_end_seconds.labels(kind, queue, outcome)
             for reason in DeadReason.values:
                 m.jobs_dead_letters_total.labels(kind, queue, reason)
-            for reason in DROP_REASONS:
-                m.jobs_duplicate_deliveries_total.labels(kind, queue, reason)
-            for limit in ("soft", "hard"):
+            for dropped in DropReason:
+                m.jobs_duplicate_deliveries_total.labels(kind, queue, dropped)
+            for limit in Limit:
                 m.jobs_time_limits_hit_total.labels(kind, queue, limit)
                 m.jobs_memory_limits_hit_total.labels(kind, queue, limit)
-    for reason in REJECT_REASONS:
-        m.jobs_rejected_total.labels(m.UNKNOWN, m.UNKNOWN, reason)
+    for rejected in RejectReason:
+        m.jobs_rejected_total.labels(m.UNKNOWN, m.UNKNOWN, rejected)
     for kind in kinds:
         m.jobs_attempt_rss_growth_bytes.labels(kind)
-        for resource in ("threads", "memory"):
+        for resource in LeakResource:
             m.jobs_leak_suspected_total.labels(kind, resource)
     if role == "worker":
-        for reason in RecycleReason:
-            m.jobs_worker_children_recycled_total.labels(host, reason)
+        for recycled in RecycleReason:
+            m.jobs_worker_children_recycled_total.labels(host, recycled)
         for signal_name in LOST_SIGNALS:
             m.jobs_workers_lost_total.labels(host, signal_name)

@@ -16,8 +16,8 @@ from celery import signals as celery_signals
 from django.dispatch import receiver
 
 from jobs import events, task_names
-from jobs.events import RecycleReason
 from jobs.kinds.registry import kind_names
+from jobs.reasons import RecycleReason
 from jobs.telemetry import child_attempts, exporters, process
 from observability import exporter, memory, task_events, tracing
 from observability import metrics as m
