@@ -1,8 +1,14 @@
-"""Garbage collection in a worker child: freeze what it inherited, collect after failed attempts."""
+"""Garbage collection in a worker child: freeze what it inherited, collect after failed attempts.
+
+Each child owns one ChildCollector (jobs.tasks makes it at the child's start and passes it to
+jobs.runner.execute_attempt).
+"""
 
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from jobs.models import AttemptOutcome
 from observability.memory import rss_bytes
@@ -11,45 +17,49 @@ from observability.memory import rss_bytes
 FULL_COLLECTION_EVERY = 8
 # RSS growth (bytes) since the last full collection after which the next failed attempt collects.
 FULL_COLLECTION_RSS_GROWTH = 16 * 1024 * 1024
-_failures_since_collection = [0]
-_rss_at_collection: list[int | None] = [None]
 
 
-def collect_after_failure(outcome: str, *, rss: int | None = None) -> int | None:
-    """Run a full garbage collection after a failed attempt, every FULL_COLLECTION_EVERY errors.
+@dataclass
+class ChildCollector:
+    """When a worker child runs a full garbage collection after a failed attempt; one per child.
 
-    `rss` is the child's RSS now (bytes, None if unknown). Returns the RSS
-    after: `rss` itself when nothing was collected, read again when it was
-    (so the caller reads /proc once per failed attempt). A failed attempt
-    leaves exception-info cycles (~155 KB measured on Celery 5.7); run_kind
-    broke the attempt's own, but some become garbage only later (Celery's
-    own exception info) and reach the oldest generation, which a young
-    collection never frees: `manage.py jobs_storm` measured 38 MB of worker
-    growth over 120 timed-out attempts with gc.collect(1), 1.5 MB with a
-    full one. After freeze_inherited_objects() a full collection scans only
-    what this child made since its fork, but in a retry storm one after
-    every error was still 8.5% of a child's CPU (py-spy, `python -m bench
-    storm --profile-storm`): it now runs after every FULL_COLLECTION_EVERY-th
-    error (~1.2 MB of such garbage waits at most), at once after a timeout
-    or a memory limit, whose interrupted frames may hold more, and at once
-    when RSS grew by FULL_COLLECTION_RSS_GROWTH since the last one (an
-    exception holding a large object must not wait for seven more).
+    `collect` and `read_rss` are gc.collect and the child's RSS reader
+    (bytes); tests pass fakes. `failures_since_collection` and
+    `rss_at_collection` are the child's state since its last full
+    collection. Why and how often: docs/memory.md ("Collecting after failed
+    attempts"); in short, every `every`-th plain error, at once after a time
+    limit or memory limit, and at once when RSS grew by `rss_growth_bytes`.
     """
-    _failures_since_collection[0] += 1
-    baseline = _rss_at_collection[0]
-    if baseline is None:
-        _rss_at_collection[0] = baseline = rss
-    grown = rss is not None and baseline is not None and rss - baseline > FULL_COLLECTION_RSS_GROWTH
-    if (
-        outcome == AttemptOutcome.ERROR
-        and _failures_since_collection[0] < FULL_COLLECTION_EVERY
-        and not grown
-    ):
-        return rss
-    _failures_since_collection[0] = 0
-    gc.collect()
-    _rss_at_collection[0] = rss_bytes() if rss is not None else None
-    return _rss_at_collection[0]
+
+    every: int = FULL_COLLECTION_EVERY
+    rss_growth_bytes: int = FULL_COLLECTION_RSS_GROWTH
+    collect: Callable[[], object] = gc.collect
+    read_rss: Callable[[], int | None] = rss_bytes
+    failures_since_collection: int = 0
+    rss_at_collection: int | None = None
+
+    def after_failure(self, outcome: str, *, rss: int | None = None) -> int | None:
+        """Count one failed attempt ending with `outcome`; collect fully when it is time.
+
+        `rss` is the child's RSS now (bytes, None if unknown). Returns the
+        RSS after: `rss` itself when nothing was collected, read again when
+        it was (so the caller reads /proc once per failed attempt).
+        """
+        self.failures_since_collection += 1
+        baseline = self.rss_at_collection
+        if baseline is None:
+            self.rss_at_collection = baseline = rss
+        grown = rss is not None and baseline is not None and rss - baseline > self.rss_growth_bytes
+        if (
+            outcome == AttemptOutcome.ERROR
+            and self.failures_since_collection < self.every
+            and not grown
+        ):
+            return rss
+        self.failures_since_collection = 0
+        self.collect()
+        self.rss_at_collection = self.read_rss() if rss is not None else None
+        return self.rss_at_collection
 
 
 def freeze_inherited_objects() -> None:

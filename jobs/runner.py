@@ -22,7 +22,7 @@ from django.db import DatabaseError, DataError
 from opentelemetry import trace
 
 from jobs import child_retire, events, memory_guard, redaction, services
-from jobs.child_gc import collect_after_failure
+from jobs.child_gc import ChildCollector
 from jobs.db import is_unavailable, run_with_reconnect
 from jobs.kinds import AttemptContext, Cancelled, Kind, PermanentError, RetryableError, get_kind
 from jobs.models import AttemptOutcome, Job, JobStatus
@@ -43,13 +43,16 @@ logger = logging.getLogger(__name__)
 MEMORY_LIMIT_ERROR = memory_guard.MEMORY_LIMIT_ERROR
 
 
-def execute_attempt(*, job_id: str, attempt: int, hostname: str) -> AttemptRun:
+def execute_attempt(
+    *, job_id: str, attempt: int, hostname: str, collector: ChildCollector | None = None
+) -> AttemptRun:
     """Run the attempt of job `job_id` that a message published as number `attempt`.
 
     Returns the AttemptRun: how the attempt ended, what was recorded and
     decided (`end`; None when the delivery was dropped unrun: duplicate,
     stale, terminal job), and the child's RSS around it. Exceptions from the
-    kind never escape. A lost database connection is retried on a fresh one
+    kind never escape. `collector` is this child's ChildCollector (a fresh
+    one when not given: no failure counted yet). A lost database connection is retried on a fresh one
     (jobs.db); an outcome the database cannot take in time is spooled to
     Redis for the scheduler (jobs.services.outcomes), never dropped. Other
     database errors escape (Celery logs the failure, the lease sweep
@@ -112,7 +115,7 @@ def execute_attempt(*, job_id: str, attempt: int, hostname: str) -> AttemptRun:
             report = replace(report, error_message=f"{report_note}: {report.error_message}")
         rss_after = rss_bytes()
         if report.outcome != AttemptOutcome.SUCCEEDED:
-            rss_after = collect_after_failure(report.outcome, rss=rss_after)
+            rss_after = (collector or ChildCollector()).after_failure(report.outcome, rss=rss_after)
         report = replace(report, trace_id=tracing.trace_id_of(span))
         end = _finish(
             job_id=str(started.job_id),

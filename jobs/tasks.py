@@ -293,9 +293,14 @@ def child_rss(pid: int | None) -> int | None:
 
 
 class AttemptTask(Task):
-    """The attempt task's class: its requests are AttemptRequests."""
+    """The attempt task's class: its requests are AttemptRequests.
+
+    `collector` is this worker child's garbage collection state
+    (jobs.child_gc), made anew at the child's start (freeze_after_fork).
+    """
 
     Request = AttemptRequest
+    collector = child_gc.ChildCollector()
 
 
 # Bound to our app, not `shared_task`: a shared task publishes through the
@@ -312,7 +317,7 @@ class AttemptTask(Task):
     # and last error); Celery logs it at INFO instead of a second traceback.
     throws=(AttemptError,),
 )
-def run_attempt_task(self: Task, job_id: str, attempt: int) -> dict[str, Any]:
+def run_attempt_task(self: AttemptTask, job_id: str, attempt: int) -> dict[str, Any]:
     """Run the attempt this message was published for (1-based).
 
     Returns the SUCCESS summary (jobs.task_states.summary) or raises what
@@ -320,7 +325,10 @@ def run_attempt_task(self: Task, job_id: str, attempt: int) -> dict[str, Any]:
     or DeliveryIgnored.
     """
     run = runner.execute_attempt(
-        job_id=job_id, attempt=int(attempt), hostname=self.request.hostname or ""
+        job_id=job_id,
+        attempt=int(attempt),
+        hostname=self.request.hostname or "",
+        collector=self.collector,
     )
     result = task_states.summary(
         job_id=run.job_id,
@@ -344,6 +352,8 @@ def freeze_after_fork(**_: Any) -> None:
     # What the child inherited is never garbage: keep it out of the full
     # collections that follow failed attempts (jobs.child_gc).
     child_gc.freeze_inherited_objects()
+    # This child's own count of failed attempts since its last full collection.
+    run_attempt_task.collector = child_gc.ChildCollector()
     # The attempt's own queries may run long; its hard time limit bounds it.
     db_deadline.disable()
 

@@ -25,29 +25,34 @@ CHILD_OUTCOMES = tuple(
 )
 TIME_LIMITED = frozenset({AttemptOutcome.SOFT_TIMEOUT})
 
-# This child's attempts since it started: {kind: [ended by a time limit, all]}.
-_record: dict[str, list[int]] = {}
-
 
 def initialize(*, hostname: str, kinds: list[str]) -> None:
     """Create this child's series at 0 (at child start; its place may be new)."""
-    _record.clear()
     for kind in kinds:
         for outcome in CHILD_OUTCOMES:
             m.jobs_worker_child_attempts_total.labels(hostname, child_label(), kind, outcome)
 
 
 def observe(
-    *, hostname: str, node: str, kind: str, outcome: str, job_id: object, attempt: int
+    *,
+    record: dict[str, list[int]],
+    hostname: str,
+    node: str,
+    kind: str,
+    outcome: str,
+    job_id: object,
+    attempt: int,
 ) -> None:
     """Count one attempt this child ended; log a time limit with the child's name and record.
 
-    `hostname` is the label (celery-exporter's host part), `node` the worker's node name.
+    `record` is this child's {kind: [attempts ended by a time limit, all]}
+    since it started (updated here); `hostname` is the label
+    (celery-exporter's host part), `node` the worker's node name.
     """
     m.jobs_worker_child_attempts_total.labels(hostname, child_label(), kind, outcome).inc()
-    limited, total = _record.setdefault(kind, [0, 0])
+    limited, total = record.setdefault(kind, [0, 0])
     limited += outcome in TIME_LIMITED
-    _record[kind] = [limited, total + 1]
+    record[kind] = [limited, total + 1]
     if outcome in TIME_LIMITED:
         logger.warning(
             "time limit in worker child pid %s (index %s, %s): job_id=%s kind=%s attempt=%s %s;"

@@ -52,6 +52,7 @@ def on_attempt_finished(
         state.in_flight.discard(key)
         m.jobs_attempts_in_flight.labels(kind, queue).dec()
         child_attempts.observe(
+            record=state.attempt_record,
             hostname=state.host or host_of(attempt.worker_hostname),
             node=attempt.worker_hostname,
             kind=kind,

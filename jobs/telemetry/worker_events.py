@@ -31,7 +31,9 @@ class WorkerProcess:
     `max_tasks`, `max_memory_kb`: the children's limits, captured in the main
     process before the pool forks (CLI flags included); `host`: this worker's
     host label; `tasks`: attempts this child ran; `in_flight`: (job id,
-    attempt number) started in this process and not yet finished.
+    attempt number) started in this process and not yet finished;
+    `attempt_record`: this child's {kind: [ended by a time limit, all]}
+    (jobs.telemetry.child_attempts).
     """
 
     max_tasks: int = 0
@@ -39,6 +41,7 @@ class WorkerProcess:
     host: str | None = None
     tasks: int = 0
     in_flight: set[tuple[Any, int]] = field(default_factory=set)
+    attempt_record: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def host_label(self) -> str:
@@ -89,6 +92,7 @@ def on_child_start(**_: Any) -> None:
     m.jobs_worker_child_owned_bytes.labels(state.host_label).set(memory.owned_bytes())
     state.tasks = 0
     state.in_flight = set()
+    state.attempt_record = {}
     child_attempts.initialize(hostname=state.host_label, kinds=kind_names())
     process.start("worker-child")
 

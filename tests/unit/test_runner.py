@@ -300,8 +300,8 @@ def test_execute_attempt_failure_frees_old_generation_garbage(
     job_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given a child whose next failed attempt is the one that collects fully
-    monkeypatch.setattr(
-        child_gc, "_failures_since_collection", [child_gc.FULL_COLLECTION_EVERY - 1]
+    collector = child_gc.ChildCollector(
+        failures_since_collection=child_gc.FULL_COLLECTION_EVERY - 1
     )
 
     # and a garbage cycle that already reached the oldest generation
@@ -316,7 +316,7 @@ def test_execute_attempt_failure_frees_old_generation_garbage(
     job = job_factory(payload={"fail_times": 2, "sleep_seconds": 0})
 
     # when a failed attempt runs here
-    execute_attempt(job_id=str(job.id), attempt=1, hostname="unit@test")
+    execute_attempt(job_id=str(job.id), attempt=1, hostname="unit@test", collector=collector)
 
     # then the collection after it freed the cycle (a young one would not)
     assert alive() is None
@@ -327,23 +327,21 @@ def test_full_collection_runs_every_few_errors_and_at_once_after_a_timeout(
 ) -> None:
     # given a fresh child's count of errors and a recorded gc.collect
     collections: list[int] = []
-    monkeypatch.setattr(child_gc, "_failures_since_collection", [0])
-    monkeypatch.setattr(child_gc.gc, "collect", lambda *a: collections.append(len(collections)))
+    collector = child_gc.ChildCollector(
+        collect=lambda: collections.append(len(collections)), read_rss=lambda: 100 * MIB
+    )
     every = child_gc.FULL_COLLECTION_EVERY
-
-    monkeypatch.setattr(child_gc, "_rss_at_collection", [None])
-    monkeypatch.setattr(child_gc, "rss_bytes", lambda: 100 * MIB)
 
     # when errors follow one another at a steady RSS, then a timeout and a memory limit
     for _ in range(2 * every):
-        child_gc.collect_after_failure(AttemptOutcome.ERROR, rss=100 * MIB)
+        collector.after_failure(AttemptOutcome.ERROR, rss=100 * MIB)
     after_errors = len(collections)
-    child_gc.collect_after_failure(AttemptOutcome.SOFT_TIMEOUT, rss=100 * MIB)
-    child_gc.collect_after_failure(AttemptOutcome.MEMORY_LIMIT, rss=100 * MIB)
+    collector.after_failure(AttemptOutcome.SOFT_TIMEOUT, rss=100 * MIB)
+    collector.after_failure(AttemptOutcome.MEMORY_LIMIT, rss=100 * MIB)
     # and then an error after which RSS grew past the threshold
-    child_gc.collect_after_failure(AttemptOutcome.ERROR, rss=100 * MIB + 1)
+    collector.after_failure(AttemptOutcome.ERROR, rss=100 * MIB + 1)
     before_growth = len(collections)
-    child_gc.collect_after_failure(
+    collector.after_failure(
         AttemptOutcome.ERROR, rss=100 * MIB + child_gc.FULL_COLLECTION_RSS_GROWTH + 1
     )
 
