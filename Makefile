@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo up observe test test-unit test-integration drills lint format bench clean fuzz fuzz-production
+.PHONY: install demo up observe test test-unit test-integration test-slow drills lint format bench clean fuzz fuzz-production
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ observe: $(STAMP)  ## `up` plus Debian's prometheus and alertmanager with platfo
 
 test: $(STAMP)  ## the whole suite: unit and integration (real Redis, PostgreSQL, workers)
 	$(BIN)/python -m pytest
+
+test-slow: $(STAMP)  ## the long integration tests kept out of `make test` for its time budget (~10 min)
+	$(BIN)/python -m pytest -m slow
 
 drills: $(STAMP)  ## the live outage drills: each outage fires the one alert named for its cause (~4 min)
 	$(BIN)/python -m pytest -m drill

@@ -106,6 +106,7 @@ def test_cold_shutdown_of_an_idle_worker_exits_within_seconds(
     [(signal.SIGQUIT,), (signal.SIGTERM, signal.SIGTERM)],
     ids=["sigquit", "second-sigterm"],
 )
+@pytest.mark.slow
 def test_cold_shutdown_of_a_busy_worker_exits_within_seconds_and_records_interrupted(
     platform_factory: Callable[..., Platform], signals: tuple[signal.Signals, ...]
 ) -> None:
