@@ -155,13 +155,83 @@ def queue_max_ready(*, queue: str) -> int:
     return settings.JOBS_QUEUE_MAX_READY_OVERRIDES.get(queue, settings.JOBS_QUEUE_MAX_READY)
 
 
-# Per process: (queue, broker reachable) -> (monotonic time read, outbox count).
-# See queue_ready_count.
-_outbox_counts: dict[tuple[str, bool], tuple[float, int]] = {}
-# Per process: queue -> [monotonic time read, ready messages read, submissions
-# admitted on that reading]. See queue_ready_count.
-_ready_readings: dict[str, list[float]] = {}
-_ready_lock = threading.Lock()
+class BackpressureCache:
+    """This process's reuse of the backpressure's counts (see queue_ready_count). Thread-safe.
+
+    `outbox_counts`: (queue, broker reachable) -> (monotonic time read,
+    outbox count); `ready_readings`: queue -> [monotonic time read, ready
+    messages read, submissions admitted on that reading]. One per process
+    (`backpressure` below); tests pass their own.
+    """
+
+    def __init__(self) -> None:
+        self.outbox_counts: dict[tuple[str, bool], tuple[float, int]] = {}
+        self.ready_readings: dict[str, list[float]] = {}
+        self.lock = threading.Lock()
+
+    def forget(self, queue: str | None = None) -> None:
+        """Drop the outbox count and broker reading of `queue` (all when None)."""
+        with self.lock:
+            if queue is None:
+                self.outbox_counts.clear()
+                self.ready_readings.clear()
+                return
+            self.outbox_counts.pop((queue, True), None)
+            self.outbox_counts.pop((queue, False), None)
+            # Nor may a reading of the broker taken before the failure stand in for
+            # the probe that tells when it is back.
+            self.ready_readings.pop(queue, None)
+
+    def outbox_count(self, queue: str, *, broker_reachable: bool = True) -> int:
+        """Queued rows of `queue` not yet published, reused for JOBS_BACKPRESSURE_OUTBOX_CACHE_SECONDS."""
+        max_age = settings.JOBS_BACKPRESSURE_OUTBOX_CACHE_SECONDS
+        now = time.monotonic()
+        cached = self.outbox_counts.get((queue, broker_reachable))
+        if cached is not None and now - cached[0] < max_age:
+            return cached[1]
+        unpublished = Job.objects.filter(
+            queue=queue, status=JobStatus.QUEUED, published_at__isnull=True
+        )
+        grace = stamp_grace_seconds()
+        if broker_reachable and grace > 0:
+            # Younger rows were published and wait for their batched stamp: the
+            # broker's count has them already (jobs.services.publish_stamps).
+            unpublished = unpublished.filter(
+                enqueued_at__lte=clock.now() - timedelta(seconds=grace)
+            )
+        count = unpublished.count()
+        if max_age > 0:
+            self.outbox_counts[(queue, broker_reachable)] = (now, count)
+        return count
+
+    def broker_ready(self, queue: str, limit: int | None) -> tuple[int, bool]:
+        """(ready messages of `queue`, whether the broker was read): read, or estimated while
+        far below `limit`.
+
+        Raises redis.RedisError when the broker must be read and cannot be.
+        """
+        max_age = settings.JOBS_BACKPRESSURE_READY_CACHE_SECONDS
+        reuse = limit is not None and max_age > 0
+        now = time.monotonic()
+        if limit is not None and reuse:
+            with self.lock:
+                reading = self.ready_readings.get(queue)
+                if reading is not None and now - reading[0] < max_age:
+                    # The last reading plus every submission admitted on it since
+                    # (as if none had been consumed): an overestimate, read again
+                    # once it reaches half the limit.
+                    estimate = int(reading[1] + reading[2])
+                    if 2 * estimate < limit:
+                        reading[2] += 1
+                        return estimate, False
+        ready = broker.ready_counts([queue])[queue]
+        if reuse:
+            with self.lock:
+                self.ready_readings[queue] = [now, ready, 1]
+        return ready, True
+
+
+backpressure = BackpressureCache()
 
 
 def forget_outbox_count(queue: str | None = None) -> None:
@@ -170,68 +240,16 @@ def forget_outbox_count(queue: str | None = None) -> None:
     Called when a publish or a broker read failed here: the outbox grows
     while the broker is away.
     """
-    if queue is None:
-        _outbox_counts.clear()
-    else:
-        _outbox_counts.pop((queue, True), None)
-        _outbox_counts.pop((queue, False), None)
-    # Nor may a reading of the broker taken before the failure stand in for
-    # the probe that tells when it is back.
-    with _ready_lock:
-        if queue is None:
-            _ready_readings.clear()
-        else:
-            _ready_readings.pop(queue, None)
+    backpressure.forget(queue)
 
 
 def _outbox_count(queue: str, *, broker_reachable: bool = True) -> int:
-    max_age = settings.JOBS_BACKPRESSURE_OUTBOX_CACHE_SECONDS
-    now = time.monotonic()
-    cached = _outbox_counts.get((queue, broker_reachable))
-    if cached is not None and now - cached[0] < max_age:
-        return cached[1]
-    unpublished = Job.objects.filter(
-        queue=queue, status=JobStatus.QUEUED, published_at__isnull=True
-    )
-    grace = stamp_grace_seconds()
-    if broker_reachable and grace > 0:
-        # Younger rows were published and wait for their batched stamp: the
-        # broker's count has them already (jobs.services.publish_stamps).
-        unpublished = unpublished.filter(enqueued_at__lte=clock.now() - timedelta(seconds=grace))
-    count = unpublished.count()
-    if max_age > 0:
-        _outbox_counts[(queue, broker_reachable)] = (now, count)
-    return count
+    return backpressure.outbox_count(queue, broker_reachable=broker_reachable)
 
 
-def _broker_ready(queue: str, limit: int | None) -> tuple[int, bool]:
-    """(ready messages of `queue`, whether the broker was read): read, or estimated while
-    far below `limit`.
-
-    Raises redis.RedisError when the broker must be read and cannot be.
-    """
-    max_age = settings.JOBS_BACKPRESSURE_READY_CACHE_SECONDS
-    reuse = limit is not None and max_age > 0
-    now = time.monotonic()
-    if limit is not None and reuse:
-        with _ready_lock:
-            reading = _ready_readings.get(queue)
-            if reading is not None and now - reading[0] < max_age:
-                # The last reading plus every submission admitted on it since
-                # (as if none had been consumed): an overestimate, read again
-                # once it reaches half the limit.
-                estimate = int(reading[1] + reading[2])
-                if 2 * estimate < limit:
-                    reading[2] += 1
-                    return estimate, False
-    ready = broker.ready_counts([queue])[queue]
-    if reuse:
-        with _ready_lock:
-            _ready_readings[queue] = [now, ready, 1]
-    return ready, True
-
-
-def queue_ready_count(*, queue: str, limit: int | None = None) -> int:
+def queue_ready_count(
+    *, queue: str, limit: int | None = None, cache: BackpressureCache | None = None
+) -> int:
     """Jobs waiting to be picked up on `queue`: ready broker messages (every
     priority sub-queue) plus queued rows not yet published (the outbox).
 
@@ -239,8 +257,8 @@ def queue_ready_count(*, queue: str, limit: int | None = None) -> int:
     JOBS_BROKER_BACKOFF_SECONDS after a failed read, it is not asked).
     Without `limit` the broker part is read on every call (one pipelined
     Redis round trip). With it (a submission asking "is the queue full?"),
-    a reading is reused for JOBS_BACKPRESSURE_READY_CACHE_SECONDS (per
-    process) while it, plus the submissions admitted on it since, is below
+    a reading is reused for JOBS_BACKPRESSURE_READY_CACHE_SECONDS (in
+    `cache`, this process's `backpressure` unless given) while it, plus the submissions admitted on it since, is below
     half the limit; from half full on, every call reads the broker. One
     process alone therefore gets its 503 exactly at the limit. Staleness:
     what other processes (web processes, the scheduler's publishes) add
@@ -262,21 +280,22 @@ def queue_ready_count(*, queue: str, limit: int | None = None) -> int:
     would count twice. Rows this process could not publish are counted at
     once (a failed publish marks the broker unreachable here).
     """
+    cache = cache or backpressure
     if broker.recently_unreachable():
         # As when the read fails, without waiting for it to fail again.
-        return _outbox_count(queue, broker_reachable=False)
+        return cache.outbox_count(queue, broker_reachable=False)
     try:
-        ready, read = _broker_ready(queue, limit)
+        ready, read = cache.broker_ready(queue, limit)
     except Exception as exc:  # the broker or its client failing must not fail a submission
         broker.mark_unreachable()
-        forget_outbox_count(queue)
+        cache.forget(queue)
         logger.warning(
             "broker unreadable while counting queue %s: %s: %s", queue, type(exc).__name__, exc
         )
-        return _outbox_count(queue, broker_reachable=False)
+        return cache.outbox_count(queue, broker_reachable=False)
     if read:
         broker.mark_reachable()
-    return ready + _outbox_count(queue)
+    return ready + cache.outbox_count(queue)
 
 
 @dataclass(frozen=True)
