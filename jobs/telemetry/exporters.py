@@ -28,18 +28,19 @@ from observability.worker_monitor import WorkerMonitor, WorkerUpCollector
 
 logger = logging.getLogger(__name__)
 
-_worker_server: object | None = None
 
+def start_worker_exporter(*, hostname: str, max_memory_kb: int) -> object | None:
+    """Serve the worker's /metrics from this (main) process; call it once per process.
 
-def start_worker_exporter(*, hostname: str, max_memory_kb: int) -> None:
-    """Serve the worker's /metrics from this (main) process, once. Port 0 turns it off."""
-    global _worker_server
+    Returns the server, or None when JOBS_WORKER_METRICS_PORT is 0 or the
+    port is taken (logged).
+    """
     port = settings.JOBS_WORKER_METRICS_PORT
-    if not port or _worker_server is not None:
-        return
+    if not port:
+        return None
     registry = worker_registry(hostname=hostname, max_memory_kb=max_memory_kb)
     try:
-        _worker_server = serve_gated(
+        server = serve_gated(
             port=port,
             addr=settings.JOBS_WORKER_METRICS_ADDR,
             registry=registry,
@@ -47,8 +48,9 @@ def start_worker_exporter(*, hostname: str, max_memory_kb: int) -> None:
         )
     except OSError as exc:
         logger.error("worker metrics not served: port %s: %s", port, exc)
-        return
+        return None
     logger.info("worker metrics on http://%s:%s/metrics", settings.JOBS_WORKER_METRICS_ADDR, port)
+    return server
 
 
 def scheduler_registry(monitor: WorkerMonitor) -> CollectorRegistry:

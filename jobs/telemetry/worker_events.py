@@ -33,7 +33,8 @@ class WorkerProcess:
     host label; `tasks`: attempts this child ran; `in_flight`: (job id,
     attempt number) started in this process and not yet finished;
     `attempt_record`: this child's {kind: [ended by a time limit, all]}
-    (jobs.telemetry.child_attempts).
+    (jobs.telemetry.child_attempts); `metrics_server`: the main process's
+    /metrics server, once started.
     """
 
     max_tasks: int = 0
@@ -42,6 +43,7 @@ class WorkerProcess:
     tasks: int = 0
     in_flight: set[tuple[Any, int]] = field(default_factory=set)
     attempt_record: dict[str, list[int]] = field(default_factory=dict)
+    metrics_server: object | None = None
 
     @property
     def host_label(self) -> str:
@@ -80,9 +82,10 @@ def on_worker_ready(sender: Any = None, **_: Any) -> None:
         task_events.observe(
             "init", name=task_names.RUN_ATTEMPT, hostname=sender.hostname, request=None, queue=queue
         )
-    exporters.start_worker_exporter(
-        hostname=host_of(sender.hostname), max_memory_kb=state.max_memory_kb
-    )
+    if state.metrics_server is None:
+        state.metrics_server = exporters.start_worker_exporter(
+            hostname=host_of(sender.hostname), max_memory_kb=state.max_memory_kb
+        )
 
 
 @celery_signals.worker_process_init.connect
