@@ -1,4 +1,4 @@
-"""App config: loads the built-in kinds into the registry at startup."""
+"""App config: loads the built-in kinds and every installed app's `kinds` module at startup."""
 
 from django.apps import AppConfig
 
@@ -10,4 +10,8 @@ class JobsConfig(AppConfig):
     def ready(self) -> None:
         # Importing the kinds package registers every built-in kind.
         from jobs import checks, db_deadline, kinds, receivers, security_checks  # noqa: F401 - db_deadline: every connection  # noqa: F401 - receivers and checks register
+        from jobs.kinds.discovery import autodiscover_kinds  # apps are loaded only now
         from observability import signals  # noqa: F401 - connects the telemetry receivers
+
+        # Every installed app's `kinds` module (jobs.kinds.discovery).
+        autodiscover_kinds()
