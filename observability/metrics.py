@@ -203,7 +203,7 @@ SCRAPE_TIME_SERIES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "jobs_queue_depth": (
         "gauge",
         ("queue", "state"),
-        "Jobs per queue by state: ready, reserved, scheduled, unpublished.",
+        "Jobs per queue by state: ready, reserved, scheduled, unpublished, delayed.",
     ),
     "celery_queue_length": (
         "gauge",

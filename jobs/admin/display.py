@@ -22,6 +22,7 @@ MIB = 1024 * 1024
 # Colours of the status badges (background, text); WCAG AA contrast on white text.
 STATUS_COLOURS: dict[str, str] = {
     JobStatus.QUEUED: "#5a6b7b",
+    JobStatus.DELAYED: "#5e548e",
     JobStatus.RUNNING: "#1f6fb2",
     JobStatus.RETRYING: "#b35c00",
     JobStatus.SUCCEEDED: "#2e7d32",

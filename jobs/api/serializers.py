@@ -48,6 +48,11 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="Celery's Redis priority: 0 is taken first, 9 last.",
     )
     idempotency_key = serializers.CharField(max_length=255, required=False, allow_blank=False)
+    run_after = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="Earliest start (ISO 8601 with a time zone); the job waits `delayed` until then.",
+    )
 
     def validate(self, attrs: dict) -> dict:
         unknown = (
@@ -163,6 +168,7 @@ class JobSerializer(serializers.ModelSerializer):
             "started_at",
             "finished_at",
             "next_attempt_at",
+            "run_after",
             "waiting",
             "result",
             "last_error",
