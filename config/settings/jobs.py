@@ -48,6 +48,11 @@ JOBS_JSON_MAX_DEPTH: int = env.int("JOBS_JSON_MAX_DEPTH", default=64)
 # {"demo.flaky": {"max_attempts": 3, "backoff_base": 0.2, "soft_time_limit": 5}}
 JOBS_KIND_OVERRIDES: dict = env.json("JOBS_KIND_OVERRIDES", default={})
 
+# Django's Tasks framework (django.tasks on 6.x, the django-tasks backport on
+# 5.2): every @task function runs as a platform job, its dotted path the kind
+# (jobs.taskbackend; per-task policy in JOBS_KIND_OVERRIDES under that name).
+TASKS = {"default": {"BACKEND": "jobs.taskbackend.JobsBackend"}}
+
 # Scheduler: how often it looks for due retries and unpublished rows (seconds),
 # how old an unpublished row must be before the sweep republishes it, and how
 # many rows one pass handles.

@@ -52,6 +52,21 @@ def register(cls: type[Kind]) -> type[Kind]:
     return cls
 
 
+def register_instance(kind: Kind, *, origin: str) -> None:
+    """Register an already built kind (a Django task's, jobs.taskbackend) defined at `origin`.
+
+    A name held by a kind from another origin is recorded as a conflict
+    (jobs.E013) and not replaced; from the same origin it is kept as is.
+    """
+    existing = _KINDS.get(kind.name)
+    if existing is None:
+        _KINDS[kind.name] = kind
+        return
+    existing_origin = getattr(existing, "origin", _dotted(type(existing)))
+    if existing_origin != origin:
+        _CONFLICTS.append(Conflict(kind.name, existing_origin, origin))
+
+
 def duplicate_kinds() -> list[Conflict]:
     """Every name two classes tried to register, in the order they were found."""
     return list(_CONFLICTS)

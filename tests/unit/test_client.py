@@ -44,7 +44,7 @@ def test_a_repeated_key_returns_the_first_job_or_conflicts() -> None:
         client.submit("demo.flaky", {"fail_times": 2}, idempotency_key="k1")
 
 
-def test_backpressure_is_queue_full(settings: Any) -> None:
+def test_backpressure_is_queue_full(settings: Any, broker_redis: Any) -> None:
     settings.JOBS_QUEUE_MAX_READY = 1
     client.submit("demo.flaky", FLAKY)
     with pytest.raises(client.QueueFull):
