@@ -34,9 +34,13 @@ class Work(Kind):
     def run(self, payload: dict[str, Any], ctx: AttemptContext) -> Any:
         deadline = time.monotonic() + payload["sleep_seconds"]
         while time.monotonic() < deadline:
-            if not payload["ignore_cancel"]:
-                ctx.raise_if_cancelled()
-            time.sleep(0.05)
+            try:
+                if not payload["ignore_cancel"]:
+                    ctx.raise_if_cancelled()
+                time.sleep(0.05)
+            except BaseException:  # noqa: B036 - the soft limit and the abort too: only the hard limit ends it
+                if not payload["ignore_cancel"]:
+                    raise
         if ctx.attempt <= payload["fail_times"]:
             raise RetryableError(f"transient failure {ctx.attempt} of {payload['fail_times']}")
         return {"attempt": ctx.attempt}

@@ -36,9 +36,13 @@ def work(
     """Fails its first `fail_times` attempts (ConnectionError), sleeps, returns its attempt."""
     deadline = time.monotonic() + sleep_seconds
     while time.monotonic() < deadline:
-        if not ignore_cancel:
-            context.job.raise_if_cancelled()
-        time.sleep(0.05)
+        try:
+            if not ignore_cancel:
+                context.job.raise_if_cancelled()
+            time.sleep(0.05)
+        except BaseException:  # noqa: B036 - the soft limit and the abort too: only the hard limit ends it
+            if not ignore_cancel:
+                raise
     if context.attempt <= fail_times:
         raise ConnectionError(f"transient failure {context.attempt} of {fail_times}")
     return {"attempt": context.attempt, "worker": context.task_result.worker_ids[-1]}
