@@ -19,13 +19,17 @@ counters in the database, shared by every process and host
 from __future__ import annotations
 
 import ipaddress
+import logging
 from typing import Any
 
+from django.db import DatabaseError
 from django.http import HttpRequest
-from rest_framework import authentication, exceptions, throttling
+from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.settings import api_settings
 
 from jobs.services.rate_windows import rate_window_hit, rate_window_hits
+
+logger = logging.getLogger(__name__)
 
 
 def client_address(request: HttpRequest) -> str:
@@ -52,7 +56,10 @@ class DatabaseRateThrottle(throttling.SimpleRateThrottle):
     The rate is read when the throttle is made (per request), so a changed
     setting applies at once; a rate of None lifts the limit. A refused
     request counts too: a client that keeps hammering stays refused until
-    the window ends.
+    the window ends. A database that refuses the count (a read-only
+    standby after a failover) lets safe requests (GET, HEAD, OPTIONS) through
+    uncounted, so reads go on; an unsafe one gets the database's error (503),
+    as its own write would.
     """
 
     left: float = 0.0
@@ -69,7 +76,19 @@ class DatabaseRateThrottle(throttling.SimpleRateThrottle):
         key = self.get_cache_key(request, view)
         if key is None:
             return True
-        hits, self.left = rate_window_hit(key=key, duration=self.duration)
+        try:
+            hits, self.left = rate_window_hit(key=key, duration=self.duration)
+        except DatabaseError as error:
+            if getattr(request, "method", None) not in permissions.SAFE_METHODS:
+                raise
+            logger.warning(
+                "rate limit %s not counted for %s %s: %s",
+                self.scope,
+                request.method,
+                getattr(request, "path", ""),
+                str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__,
+            )
+            return True
         return hits <= self.num_requests
 
     def wait(self) -> float:

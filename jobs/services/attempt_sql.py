@@ -112,7 +112,7 @@ WITH j AS (
     SET deliveries = deliveries + 1,
         status = %(running)s,
         attempts_made = %(number)s,
-        started_at = COALESCE(started_at, %(now)s),
+        started_at = COALESCE(started_at, GREATEST(%(now)s, enqueued_at)),
         lease_expires_at = %(now)s + make_interval(secs => (%(leases)s::jsonb ->> kind)::float8),
         {START_NOT_WAITING}
     WHERE id = %(job_id)s
@@ -127,12 +127,12 @@ WITH j AS (
         error_type, error_message, traceback, rss_before_bytes, rss_after_bytes,
         retry_delay_seconds, trace_id
     )
-    SELECT j.id, %(number)s, %(hostname)s, %(pid)s, %(now)s, NULL, '', '', '', '', %(rss)s,
-           NULL, NULL, ''
+    SELECT j.id, %(number)s, %(hostname)s, %(pid)s, GREATEST(%(now)s, j.enqueued_at), NULL, '',
+           '', '', '', %(rss)s, NULL, NULL, ''
     FROM j
-    RETURNING id
+    RETURNING id, started_at
 )
-SELECT j.*, a.id AS jobs_attempt_id FROM j, a
+SELECT j.*, a.id AS jobs_attempt_id, a.started_at AS jobs_attempt_started_at FROM j, a
 """
 
 
@@ -150,7 +150,10 @@ def start(
 
     Counts the delivery, sets the job running with its lease (the kind's
     hard time limit + JOBS_LEASE_GRACE from `now`) and inserts the Attempt
-    row, in one statement. A retry (`number` > 1) starts only if its due
+    row, in one statement. The attempt starts at `now`, or at the job's
+    enqueue when that reads later (another host's estimate of the database's
+    clock, jobs.clock): an attempt never reads as started before the enqueue
+    it ran from. A retry (`number` > 1) starts only if its due
     time lies in `due_range` (epoch seconds, inclusive: where the retry
     budget counted it, jobs.budget.admitted_due_range). Returns the job
     (after the change) and the new attempt, or None when the job is not in
@@ -170,8 +173,8 @@ def start(
         )
         if started is None:
             return None
-        job, attempt_id = started
-        return job, _started_row(job, attempt_id, number, hostname, pid, rss_bytes, now)
+        job, attempt_id, at = started
+        return job, _started_row(job, attempt_id, number, hostname, pid, rss_bytes, at)
     rows = list(
         Job.objects.raw(
             _START_SQL,
@@ -192,8 +195,15 @@ def start(
     )
     if not rows:
         return None
+    extra = vars(rows[0])
     return rows[0], _started_row(
-        rows[0], vars(rows[0]).pop("jobs_attempt_id"), number, hostname, pid, rss_bytes, now
+        rows[0],
+        extra.pop("jobs_attempt_id"),
+        number,
+        hostname,
+        pid,
+        rss_bytes,
+        _aware(extra.pop("jobs_attempt_started_at")),
     )
 
 

@@ -38,7 +38,7 @@ UPDATE {JOB_TABLE}
 SET deliveries = deliveries + 1,
     status = %(running)s,
     attempts_made = %(number)s,
-    started_at = COALESCE(started_at, %(now)s),
+    started_at = COALESCE(started_at, MAX(%(now)s, COALESCE(enqueued_at, %(now)s))),
     lease_expires_at = {_LEASE},
     {START_NOT_WAITING}
 WHERE id = %(job_id)s
@@ -54,7 +54,7 @@ INSERT INTO {ATTEMPT_TABLE} (
     error_type, error_message, traceback, rss_before_bytes, rss_after_bytes,
     retry_delay_seconds, trace_id
 )
-VALUES (%(job_id)s, %(number)s, %(hostname)s, %(pid)s, %(now)s, NULL, '', '', '', '',
+VALUES (%(job_id)s, %(number)s, %(hostname)s, %(pid)s, %(started)s, NULL, '', '', '', '',
         %(rss)s, NULL, NULL, '')
 RETURNING id
 """
@@ -102,9 +102,9 @@ def start(
     now: datetime,
     leases: dict[str, float],
     due_range: tuple[float, float] = (0.0, 0.0),
-) -> tuple[Job, int] | None:
-    """attempt_sql.start on SQLite: returns the job after the change and the new
-    attempt's id, or None when the job is not queued with `number - 1` attempts
+) -> tuple[Job, int, datetime] | None:
+    """attempt_sql.start on SQLite: returns the job after the change, the new
+    attempt's id and its start (`now`, or the job's enqueue if later), or None when the job is not queued with `number - 1` attempts
     made, or is a retry due outside `due_range` (nothing written). `leases`
     maps each kind to its lease in seconds. Raises the database's errors."""
     params = {
@@ -129,10 +129,12 @@ def start(
         rows = list(Job.objects.raw(_START_JOB, params))
         if not rows:
             return None
+        enqueued = rows[0].enqueued_at
+        started = max(now, enqueued) if enqueued is not None else now
         with connection.cursor() as cursor:
-            cursor.execute(_START_ATTEMPT, params)
+            cursor.execute(_START_ATTEMPT, {**params, "started": _db_datetime(started)})
             (attempt_id,) = cursor.fetchone()
-    return rows[0], attempt_id
+    return rows[0], attempt_id, started
 
 
 def finish(params: dict[str, Any]) -> tuple[Job, dict[str, Any]] | None:

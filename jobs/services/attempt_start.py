@@ -154,9 +154,12 @@ def attempt_start(
             _dropped(job, attempt, "budget")
             return None
         policy = policy_for(job.kind)
+        # Never before the enqueue it runs from (stamped by another host's
+        # estimate of the database's clock: jobs.clock, to half a round trip).
+        started = max(now, job.enqueued_at) if job.enqueued_at is not None else now
         job.status = JobStatus.RUNNING
         job.attempts_made = number
-        job.started_at = job.started_at or now
+        job.started_at = job.started_at or started
         job.lease_expires_at = now + timedelta(
             seconds=policy.hard_time_limit + settings.JOBS_LEASE_GRACE
         )
@@ -174,7 +177,7 @@ def attempt_start(
             number=number,
             worker_hostname=hostname,
             worker_pid=pid,
-            started_at=now,
+            started_at=started,
             rss_before_bytes=rss_bytes,
         )
         transaction.on_commit(lambda: events.attempt_started.send(sender=Job, job=job, attempt=row))

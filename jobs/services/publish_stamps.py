@@ -44,11 +44,11 @@ from operator import or_
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
-from django.db.models import Q
-from django.db.models.functions import Now
+from django.db.models import Case, OuterRef, Q, Subquery, When
+from django.db.models.functions import Coalesce, Least, Now
 
 from jobs.db import close_connections, is_unavailable, run_with_reconnect
-from jobs.models import Job, JobStatus
+from jobs.models import Attempt, Job, JobStatus
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,9 @@ def stamp_grace_seconds() -> float:
 def write_stamps(stamps: Iterable[tuple[uuid.UUID, int]]) -> int:
     """Stamp `published_at` = the database's now on each (job id, published attempt); one UPDATE.
 
+    Never later than the start of the attempt it was for, when a worker
+    started it before the stamp was written.
+
     A row is stamped only while it still waits for that attempt's stamp:
     `published_at` NULL and either queued for that attempt or already
     running or past it. A later attempt waiting for its own publish keeps
@@ -102,7 +105,19 @@ def write_stamps(stamps: Iterable[tuple[uuid.UUID, int]]) -> int:
             for attempt, ids in by_attempt.items()
         ),
     )
-    return Job.objects.filter(waiting, published_at__isnull=True).update(published_at=Now())
+    # The stamp is written after the publish, and a worker may have started
+    # the attempt meanwhile: never later than that start (the publish came first).
+    started = Subquery(
+        Attempt.objects.filter(job=OuterRef("pk"), number=OuterRef("attempts_made")).values(
+            "started_at"
+        )[:1]
+    )
+    return Job.objects.filter(waiting, published_at__isnull=True).update(
+        published_at=Case(
+            When(status=JobStatus.QUEUED, then=Now()),
+            default=Least(Now(), Coalesce(started, Now())),
+        )
+    )
 
 
 class StampWriter:

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from devstack.services import wait_for
 from jobs import broker, checks, selectors
-from jobs.models import Job, JobStatus
+from jobs.models import Attempt, Job, JobStatus
 from jobs.services import publish_stamps
 from jobs.services.publish_stamps import StampWriter, stamp_grace_seconds, write_stamps
 
@@ -49,6 +49,31 @@ def test_write_stamps_marks_only_rows_waiting_for_that_attempts_stamp(
     already.refresh_from_db()
     assert already.published_at == earlier
     assert write_stamps([]) == 0
+
+
+@pytest.mark.django_db
+def test_a_stamp_written_after_the_attempt_started_reads_no_later_than_that_start(
+    job_factory: Callable[..., Job],
+) -> None:
+    # given attempt 2 started by a worker before the stamp of its publish was written
+    job = job_factory(status=JobStatus.RUNNING, attempts_made=2, published_at=None)
+    began = timezone.now() - timedelta(milliseconds=5)
+    Attempt.objects.create(
+        job=job,
+        number=1,
+        worker_hostname="w",
+        worker_pid=1,
+        started_at=began - timedelta(seconds=9),
+        finished_at=began,
+    )
+    Attempt.objects.create(job=job, number=2, worker_hostname="w", worker_pid=1, started_at=began)
+
+    # when the stamp is written
+    assert write_stamps([(job.id, 2)]) == 1
+
+    # then the publish reads at that start at the latest (it came first)
+    job.refresh_from_db()
+    assert job.published_at == began
 
 
 @pytest.mark.django_db(transaction=True)

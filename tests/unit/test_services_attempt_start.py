@@ -65,6 +65,26 @@ def test_attempt_start_queued_job_becomes_running(
     assert attempt.finished_at is None
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_attempt_start_never_reads_before_the_enqueue_it_ran_from(
+    job_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, fast: bool
+) -> None:
+    # given a job enqueued by a host whose estimate of the database's clock runs 40 ms ahead
+    job = job_factory()
+    ahead = timezone.now() + timedelta(milliseconds=40)
+    Job.objects.filter(id=job.id).update(enqueued_at=ahead)
+    if not fast:
+        monkeypatch.setattr("jobs.services.attempt_sql.enabled", lambda: False)
+
+    # when this host starts it at once
+    assert _start(job, 1) is not None
+
+    # then the attempt and the job read as started at the enqueue, not before it
+    job.refresh_from_db()
+    assert job.attempts.get().started_at == ahead
+    assert job.started_at == ahead
+
+
 def test_attempt_start_missing_job_is_dropped() -> None:
     import uuid
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import InternalError
 from django.test import RequestFactory
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -119,6 +120,23 @@ def test_failed_authentications_lock_the_address_out_before_the_lookup(rates: An
     elsewhere = _client("b")
     elsewhere.defaults["REMOTE_ADDR"] = "192.0.2.2"
     assert elsewhere.get("/api/jobs/").status_code == 200
+
+
+def test_a_database_refusing_the_count_lets_reads_through_and_refuses_writes(
+    rates: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a read-only standby after a failover: the counter's INSERT is refused
+    rates(token="100/m", address="100/m")
+
+    def refused(**_: Any) -> tuple[int, float]:
+        raise InternalError("cannot execute INSERT in a read-only transaction")
+
+    monkeypatch.setattr("jobs.api.throttling.rate_window_hit", refused)
+    client = _client("a")
+
+    assert _statuses(client, 3) == {200: 3}
+    with pytest.raises(InternalError):
+        client.post("/api/jobs/", {"kind": "demo.sleep", "payload": {}}, format="json")
 
 
 def test_off_lifts_a_limit(rates: Any) -> None:
