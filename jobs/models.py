@@ -97,6 +97,14 @@ class Job(models.Model):
     # W3C traceparent of the request that submitted the job: every attempt's
     # span joins that trace.
     trace_parent = models.CharField(max_length=64, blank=True, default="")
+    # The running (or last) attempt's progress, as its kind reported it
+    # (AttemptContext.progress, jobs.progress): `progress_done` of
+    # `progress_total` units (None: unknown), written at most every
+    # JOBS_PROGRESS_INTERVAL seconds.
+    progress_done = models.FloatField(null=True, blank=True)
+    progress_total = models.FloatField(null=True, blank=True)
+    progress_message = models.CharField(max_length=200, blank=True, default="")
+    progress_at = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     dead_reason = models.CharField(max_length=16, choices=DeadReason, blank=True, default="")

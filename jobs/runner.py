@@ -13,6 +13,7 @@ import os
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +29,7 @@ from jobs.events import RecycleReason
 from jobs.kinds import AttemptContext, Cancelled, Kind, PermanentError, RetryableError, get_kind
 from jobs.models import AttemptOutcome, Job, JobStatus
 from jobs.policy import Policy
+from jobs.progress import Progress, ProgressReporter
 from jobs.services import AttemptEnd, AttemptReport, AttemptRun, StartedAttempt
 from jobs.supervisor import (
     SUPERVISOR_THREAD_NAME,
@@ -43,7 +45,13 @@ logger = logging.getLogger(__name__)
 MEMORY_LIMIT_ERROR = memory_guard.MEMORY_LIMIT_ERROR
 
 
-def execute_attempt(*, job_id: str, attempt: int, hostname: str) -> AttemptRun:
+def execute_attempt(
+    *,
+    job_id: str,
+    attempt: int,
+    hostname: str,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> AttemptRun:
     """Run the attempt of job `job_id` that a message published as number `attempt`.
 
     Returns the AttemptRun: how the attempt ended, what was recorded and
@@ -53,7 +61,8 @@ def execute_attempt(*, job_id: str, attempt: int, hostname: str) -> AttemptRun:
     (jobs.db); an outcome the database cannot take in time is spooled to
     Redis for the scheduler (jobs.services.outcomes), never dropped. Other
     database errors escape (Celery logs the failure, the lease sweep
-    recovers the job).
+    recovers the job). `on_progress` is called with each progress report
+    written (jobs.progress; the Celery task sends Flower's event with it).
     """
     guard_soft_limit_signal()
     rss_before = rss_bytes()
@@ -73,6 +82,14 @@ def execute_attempt(*, job_id: str, attempt: int, hostname: str) -> AttemptRun:
         return AttemptRun(job_id=str(job_id), attempt=attempt, rss_before_bytes=rss_before)
     kind = get_kind(started.kind)
     began = now = time.monotonic()
+    reporter = ProgressReporter(
+        job_id=uuid.UUID(str(started.job_id)),
+        attempt=started.attempt,
+        kind=started.kind,
+        queue=started.queue,
+        interval=settings.JOBS_PROGRESS_INTERVAL,
+        publish=on_progress,
+    )
     ctx = AttemptContext(
         job_id=uuid.UUID(str(started.job_id)),
         kind=started.kind,
@@ -80,6 +97,7 @@ def execute_attempt(*, job_id: str, attempt: int, hostname: str) -> AttemptRun:
         max_attempts=started.max_attempts,
         soft_deadline=now + started.policy.soft_time_limit,
         hard_deadline=now + started.policy.hard_time_limit,
+        progress_sink=reporter,
     )
     threads_before = live_threads()
     guard = memory_guard.AttemptMemoryGuard(
@@ -101,6 +119,7 @@ def execute_attempt(*, job_id: str, attempt: int, hostname: str) -> AttemptRun:
             report = run_kind(kind, started.payload, ctx, started.policy)
         finally:
             report_note = guard.unwatch()
+            reporter.flush()  # the last report, while the attempt is still the running one
         if supervisor.last_interrupted:
             # Whatever the kind's code held where it was interrupted is suspect.
             child_retire.retire_after_attempt(

@@ -8,6 +8,7 @@ publishes it when due (DESIGN.md "Retries").
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -319,7 +320,10 @@ def run_attempt_task(self: Task, job_id: str, attempt: int) -> dict[str, Any]:
     or DeliveryIgnored.
     """
     run = runner.execute_attempt(
-        job_id=job_id, attempt=int(attempt), hostname=self.request.hostname or ""
+        job_id=job_id,
+        attempt=int(attempt),
+        hostname=self.request.hostname or "",
+        on_progress=functools.partial(task_states.send_progress, self),
     )
     result = task_states.summary(
         job_id=run.job_id,
