@@ -97,7 +97,7 @@ def execute_attempt(
         max_attempts=started.max_attempts,
         soft_deadline=now + started.policy.soft_time_limit,
         hard_deadline=now + started.policy.hard_time_limit,
-        progress_sink=reporter,
+        progress_sink=reporter if settings.JOBS_PROGRESS_INTERVAL >= 0 else None,
     )
     threads_before = live_threads()
     guard = memory_guard.AttemptMemoryGuard(
@@ -120,6 +120,15 @@ def execute_attempt(
         finally:
             report_note = guard.unwatch()
             reporter.flush()  # the last report, while the attempt is still the running one
+            if reporter.reports:
+                logger.info(
+                    "progress job_id=%s attempt=%s reports=%s writes=%s cost=%.6fs",
+                    ctx.job_id,
+                    ctx.attempt,
+                    reporter.reports,
+                    reporter.writes,
+                    reporter.seconds,
+                )
         if supervisor.last_interrupted:
             # Whatever the kind's code held where it was interrupted is suspect.
             child_retire.retire_after_attempt(

@@ -57,8 +57,9 @@ TASKS = {"default": {"BACKEND": "jobs.taskbackend.JobsBackend"}}
 # how old an unpublished row must be before the sweep republishes it, and how
 # many rows one pass handles.
 JOBS_SCHEDULER_INTERVAL: float = env.float("JOBS_SCHEDULER_INTERVAL", default=0.25)
-# Least seconds between two writes of a running attempt's progress (jobs.progress).
-JOBS_PROGRESS_INTERVAL: float = env.float("JOBS_PROGRESS_INTERVAL", default=0.5)
+# Least seconds between two writes of a running attempt's progress (jobs.progress);
+# below 0, progress reports are dropped unwritten (AttemptContext.progress does nothing).
+JOBS_PROGRESS_INTERVAL: float = env.float("JOBS_PROGRESS_INTERVAL", default=0.25)
 JOBS_SWEEP_UNPUBLISHED_AFTER: float = env.float("JOBS_SWEEP_UNPUBLISHED_AFTER", default=5.0)
 JOBS_SCHEDULER_BATCH: int = env.int("JOBS_SCHEDULER_BATCH", default=500)
 # Lost messages (jobs.services.lost_messages): every CHECK_INTERVAL seconds
