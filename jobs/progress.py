@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection
 from django.db.models.functions import Now
 
 from jobs import events
@@ -111,19 +111,7 @@ class ProgressReporter:
             return
         self.last_write = self.clock()
         try:
-            with transaction.atomic():
-                if connection.vendor == "postgresql":
-                    # A report lost in a crash is harmless: do not wait for the WAL flush.
-                    with connection.cursor() as cursor:
-                        cursor.execute("SET LOCAL synchronous_commit TO OFF")
-                Job.objects.filter(
-                    id=self.job_id, status=JobStatus.RUNNING, attempts_made=self.attempt
-                ).update(
-                    progress_done=progress.done,
-                    progress_total=progress.total,
-                    progress_message=progress.message[:MESSAGE_MAX_CHARS],
-                    progress_at=Now(),
-                )
+            _store(self.job_id, self.attempt, progress)
         except DatabaseError as exc:
             logger.warning("progress not written job_id=%s: %s", self.job_id, exc)
             return
@@ -150,4 +138,34 @@ def _valid(done: float, total: float | None) -> bool:
         and isinstance(total, int | float)
         and math.isfinite(total)
         and total > 0
+    )
+
+
+# One statement, one round trip. set_config(..., true) turns synchronous_commit off
+# for this statement's own transaction (autocommit): its commit does not wait for the
+# WAL flush, and a report lost in a crash costs nothing. Volatile, so evaluated for
+# the row the index finds.
+_PG_UPDATE = """
+UPDATE jobs_job SET progress_done = %s, progress_total = %s, progress_message = %s,
+  progress_at = statement_timestamp()
+WHERE id = %s AND status = %s AND attempts_made = %s
+  AND set_config('synchronous_commit', 'off', true) = 'off'
+"""
+
+
+def _store(job_id: uuid.UUID, attempt: int, progress: Progress) -> None:
+    """Write `progress` on the job's row while `attempt` is its running attempt."""
+    message = progress.message[:MESSAGE_MAX_CHARS]
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _PG_UPDATE,
+                [progress.done, progress.total, message, job_id, JobStatus.RUNNING, attempt],
+            )
+        return
+    Job.objects.filter(id=job_id, status=JobStatus.RUNNING, attempts_made=attempt).update(
+        progress_done=progress.done,
+        progress_total=progress.total,
+        progress_message=message,
+        progress_at=Now(),
     )
