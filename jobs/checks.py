@@ -25,6 +25,8 @@ check (config.startup); `python manage.py check` lists them all.
 - jobs.E013: two classes register one kind name (in two apps' `kinds`
   modules, jobs.kinds.discovery): which one would run is an accident of
   import order.
+- jobs.E014 (jobs.taskbackend.JobsBackend.check, run by Django's Tasks
+  checks): the TASKS backend's QUEUES name a queue not in JOBS_QUEUES.
 - jobs.W001: JOBS_KIND_OVERRIDES names a kind that is not registered (a
   typo, or a fault kind while JOBS_FAULT_KINDS is off).
 """
