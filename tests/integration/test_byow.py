@@ -45,14 +45,19 @@ print("IDS=" + json.dumps(ids))
 
 
 @pytest.fixture(scope="module")
-def byow(_logroot: Path) -> Iterator[Platform]:
-    """A platform whose settings add tests.byow_app to INSTALLED_APPS, and nothing else."""
+def byow(_logroot: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    """A platform whose settings add tests.byow_app to INSTALLED_APPS, and nothing else
+    (tracing on, to a span file, to see attempts in their request's trace)."""
     require_postgres()
     factory = PlatformFactory(logroot=_logroot)
     try:
         yield factory(
             "byow",
-            env={"DJANGO_SETTINGS_MODULE": "tests.byow_app.settings"},
+            env={
+                "DJANGO_SETTINGS_MODULE": "tests.byow_app.settings",
+                "OTEL_SDK_DISABLED": "false",
+                "JOBS_OTEL_SPAN_FILE": str(tmp_path_factory.mktemp("byow") / "spans.jsonl"),
+            },
             worker_concurrency=3,
         )
     finally:
@@ -112,6 +117,12 @@ def test_a_fresh_apps_kind_and_task_run_as_platform_jobs(byow: Platform) -> None
         assert figures[name] == ("dead", ["soft_timeout"] * 3), figures[name]
     for name in ("http_kind_hard", "task_hard"):
         assert figures[name] == ("dead", ["hard_timeout"] * 3), figures[name]
+
+    # and traced from the request that enqueued them: every attempt in its request's trace
+    for name in ("http_kind_ok", "http_task_ok", "http_kind_dead"):
+        job = jobs[name]
+        assert job["trace_id"], job
+        assert {a["trace_id"] for a in job["attempts"]} == {job["trace_id"]}, job
 
     # and they are counted in /metrics under their names
     samples = scrape_platform(platform)
