@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo up observe test test-unit test-integration drills lint format bench clean fuzz fuzz-production test-django6
+.PHONY: install demo up observe test test-unit test-integration test-slow drills lint format bench clean fuzz fuzz-production test-django6
 
 # Django 6.x needs Python 3.12+: the first of these that is one (pyenv's builds too).
 VENV6 := .venv-dj6
@@ -45,6 +45,9 @@ observe: $(STAMP)  ## `up` plus Debian's prometheus and alertmanager with platfo
 
 test: $(STAMP)  ## the whole suite: unit and integration (real Redis, PostgreSQL, workers)
 	$(BIN)/python -m pytest
+
+test-slow: $(STAMP)  ## the long integration tests kept out of `make test` for its time budget (~10 min)
+	$(BIN)/python -m pytest -m slow
 
 drills: $(STAMP)  ## the live outage drills: each outage fires the one alert named for its cause (~4 min)
 	$(BIN)/python -m pytest -m drill

@@ -22,6 +22,7 @@ bad command line.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import shutil
 import sys
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 close_rigs(opts)
         if args.profile:
-            from bench import profiling
+            from bench import profiling  # noqa: PLC0415 - import cost: only with --profile
 
             try:
                 report.notes.append(
@@ -176,10 +177,9 @@ def close_rigs(opts: Options) -> None:
 
 def run_one(name: str, opts: Options, report: Report, *, with_storm: bool) -> None:
     """Run benchmark `name`; its rows and verdicts go to `report`."""
-    import importlib
 
     if name in ("p1", "storm"):
-        from bench import p1_drain
+        from bench import p1_drain  # noqa: PLC0415 - import cost: only the benchmarks asked for
 
         p1_drain.run(opts, report, storm=name == "storm" or with_storm, success=name == "p1")
         return

@@ -157,8 +157,8 @@ def load(connection: Any, jobs: int) -> float:
 
 def measure(client: Any, url: str, repeat: int) -> tuple[float, int, int]:
     """(median ms, queries, status) of GET `url`, after one warm-up request."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
+    from django.db import connection  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
+    from django.test.utils import CaptureQueriesContext  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
 
     client.get(url)
     times = []
@@ -196,7 +196,7 @@ def main() -> int:
     try:
         return run(args)
     finally:
-        from django.db import connections
+        from django.db import connections  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
 
         connections.close_all()
         redis_server.stop()
@@ -207,16 +207,16 @@ def main() -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    import django
+    import django  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
 
     django.setup()
-    from django.contrib.auth.models import User
-    from django.core.management import call_command
-    from django.db import connection
-    from django.test import Client
+    from django.contrib.auth.models import User  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
+    from django.core.management import call_command  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
+    from django.db import connection  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
+    from django.test import Client  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
 
-    from jobs.broker import broker_client
-    from observability import worker_report
+    from jobs.broker import broker_client  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
+    from observability import worker_report  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
 
     call_command("migrate", verbosity=0)
     seconds = load(connection, args.jobs)

@@ -66,7 +66,7 @@ def main() -> None:
     try:
         run(args.jobs, args.passes)
     finally:
-        from django.db import connections
+        from django.db import connections  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
 
         connections.close_all()
         drop_database(db_name, admin_url=admin_url)
@@ -74,18 +74,18 @@ def main() -> None:
 
 
 def run(jobs: int, passes: int) -> None:
-    import django
+    import django  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
 
     django.setup()
-    import redis
-    from django.core.management import call_command
-    from django.db import connection
-    from django.utils import timezone
+    import redis  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
+    from django.core.management import call_command  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
+    from django.db import connection  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
+    from django.utils import timezone  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
 
-    from jobs import broker, selectors, services
-    from jobs.models import Job, JobStatus
-    from jobs.scheduler import LOST_MESSAGE_LIMIT
-    from jobs.services import lost_messages
+    from jobs import broker, selectors, services  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
+    from jobs.models import Job, JobStatus  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
+    from jobs.scheduler import LOST_MESSAGE_LIMIT  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
+    from jobs.services import lost_messages  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
 
     call_command("migrate", verbosity=0)
     client = redis.Redis.from_url(os.environ["CELERY_BROKER_URL"])

@@ -9,6 +9,8 @@ samples (MiB, shared pages counted in each process, as `ps` shows them).
 
 from __future__ import annotations
 
+import redis
+
 from bench import stock_app
 from bench.figures import Report, Row, Verdict, ratio
 from bench.processes import children, settle_rss
@@ -40,7 +42,6 @@ def _platform(rig: Rig) -> dict[str, list[float]]:
 
 
 def _stock(stack: Stack, url: str, settle: float) -> dict[str, list[float]]:
-    import redis
 
     client = redis.Redis.from_url(url)
     stock_app.configure(url, tracked=True)

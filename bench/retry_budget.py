@@ -41,11 +41,19 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import redis
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from devstack.services import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -53,7 +61,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 
 
 def _django() -> None:
-    import django
+    import django  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
 
     django.setup()
 
@@ -70,7 +78,7 @@ class Window:
     """One kind's budget window filled with `attempts` attempts, under a prefix of its own."""
 
     def __init__(self, client: Any, *, attempts: int, spent: bool) -> None:
-        from jobs.budget import BudgetConfig
+        from jobs.budget import BudgetConfig  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
 
         self.client = client
         self.prefix = f"bench:budget:{uuid.uuid4().hex}:"
@@ -96,7 +104,7 @@ class Window:
 
     def decide(self) -> float:
         """Microseconds of one decision; undone after it, so each sees the same state."""
-        from jobs import budget
+        from jobs import budget  # noqa: PLC0415 - after django.setup(): this script sets Django up itself
 
         started = time.perf_counter_ns()
         answer = budget.reserve(
@@ -119,7 +127,6 @@ KIND = "bench.kind"
 
 
 def cost(args: argparse.Namespace) -> int:
-    import redis
 
     _django()
     client = redis.Redis.from_url(args.redis_url)
@@ -163,7 +170,6 @@ FLAKY_POLICY = {"max_attempts": 5, "backoff_base": 1.0, "backoff_floor": 1.0, "b
 
 
 def _counter(text: str, name: str, **labels: str) -> float:
-    from prometheus_client.parser import text_string_to_metric_families
 
     total = 0.0
     for family in text_string_to_metric_families(text):
@@ -177,7 +183,6 @@ def _feed(
     platform: Any, *, minutes: float, rate: int, fail: bool, warmup: float
 ) -> tuple[list[str], int]:
     """Submit `rate` demo.flaky jobs per minute and 1 demo.sleep per second; return sleep ids."""
-    from concurrent.futures import ThreadPoolExecutor
 
     flaky = {"fail_times": 10_000 if fail else 0}
     end = time.monotonic() + minutes * 60
@@ -232,9 +237,6 @@ def one_run(
     settle: float,
     warmup: float,
 ) -> dict:
-    import requests
-
-    from devstack.services import wait_for
 
     name = "budget_storm" if fail else "budget_calm"
     platform = factory(
@@ -303,9 +305,8 @@ def one_run(
 
 
 def storm(args: argparse.Namespace) -> int:
-    import tempfile
 
-    from tests.integration.harness import PlatformFactory
+    from tests.integration.harness import PlatformFactory  # noqa: PLC0415 - import cost: the test harness, only for the live storm
 
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-budget-") as logroot:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import redis
 from celery import Celery
 
 app = Celery("stock")
@@ -49,7 +50,6 @@ def fail_tracked() -> None:
 @app.task(name="stock.stamp", acks_late=True)
 def stamp(sent: float, key: str) -> None:
     """Pushes seconds since `sent` (time.time() of the publisher) to Redis list `key`."""
-    import redis
 
     client = redis.Redis.from_url(app.conf.broker_url)
     client.rpush(key, time.time() - sent)

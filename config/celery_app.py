@@ -8,7 +8,7 @@ from celery.signals import celeryd_init
 
 from config.startup import prepare_worker_memory, refuse_on_check_errors
 from jobs import broker_transport
-from observability.worker_info import WorkerInfo
+from jobs.telemetry.worker_info import WorkerInfo
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 # Celery's Django fixup runs every system check again at worker_init and

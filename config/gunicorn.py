@@ -22,7 +22,7 @@ control_socket_disable = True
 
 def on_starting(server: Any) -> None:
     # Master, before forking workers: an emptied metrics directory for the web.
-    from observability.multiproc import activate, role_dir
+    from observability.multiproc import activate, role_dir  # noqa: PLC0415 - gunicorn loads this file before Django is set up
 
     activate(role_dir("web"), wipe_first=True)
     # Then the system checks, before binding or forking: a configuration
@@ -30,7 +30,7 @@ def on_starting(server: Any) -> None:
     # sets Django up in the master (after `activate`, so metrics stay in
     # multiprocess mode); the checks open no database or broker connection.
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
-    from config.startup import refuse_on_check_errors
+    from config.startup import refuse_on_check_errors  # noqa: PLC0415 - gunicorn loads this file before Django is set up
 
     refuse_on_check_errors("web")
 
@@ -38,21 +38,21 @@ def on_starting(server: Any) -> None:
 def post_fork(server: Any, worker: Any) -> None:
     # Tracing starts after fork: a span processor thread made in the master
     # would be dead in every worker (opentelemetry-python-contrib issue 166).
-    import django
+    import django  # noqa: PLC0415 - gunicorn loads this file before Django is set up
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
     django.setup()
-    import observability
-    from jobs import db_deadline
+    from jobs import db_deadline  # noqa: PLC0415 - gunicorn loads this file before Django is set up
+    from jobs.telemetry import process  # noqa: PLC0415 - gunicorn loads this file before Django is set up
 
-    observability.start("web")
+    process.start("web")
     # A silent database must not hold this worker's threads (jobs.db_deadline).
     db_deadline.enable()
 
 
 def worker_exit(server: Any, worker: Any) -> None:
-    from jobs.services.publish_stamps import flush_stamps
-    from observability import tracing
+    from jobs.services.publish_stamps import flush_stamps  # noqa: PLC0415 - gunicorn loads this file before Django is set up
+    from observability import tracing  # noqa: PLC0415 - gunicorn loads this file before Django is set up
 
     # Stamps not written here are redone by the outbox sweep (a duplicate
     # delivery, dropped unrun): cheaper to write them now.
@@ -62,9 +62,9 @@ def worker_exit(server: Any, worker: Any) -> None:
 
 def child_exit(server: Any, worker: Any) -> None:
     # The master notices every dead worker, SIGKILLed ones too.
-    from prometheus_client import multiprocess
+    from prometheus_client import multiprocess  # noqa: PLC0415 - gunicorn loads this file before Django is set up
 
-    from observability.multiproc import multiproc_dir
+    from observability.multiproc import multiproc_dir  # noqa: PLC0415 - gunicorn loads this file before Django is set up
 
     directory = multiproc_dir()
     if directory is not None:

@@ -37,7 +37,7 @@ def check_errors(*, web: bool = True) -> list[CheckMessage]:
     and deployment ones, as `manage.py` commands do by default; with
     `web=False` (worker, scheduler) also without WEB_ONLY_TAGS.
     """
-    from django.core import checks
+    from django.core import checks  # noqa: PLC0415 - config.celery_app imports this module before Django is set up
 
     if web:
         messages = checks.run_checks()
@@ -70,8 +70,8 @@ def refuse_on_check_errors(process: str) -> None:
     Sets Django up if it is not yet. Returns None when the configuration
     passes; raises SystemExit(EX_CONFIG) otherwise.
     """
-    import django
-    from django.apps import apps
+    import django  # noqa: PLC0415 - config.celery_app imports this module before Django is set up
+    from django.apps import apps  # noqa: PLC0415 - config.celery_app imports this module before Django is set up
 
     if not apps.ready:
         django.setup()
@@ -96,12 +96,12 @@ def prepare_worker_memory(*, nodename: str, limit_bytes: int) -> None:
     per-child limit; 0 is none) is at or below what a fresh child already
     owns once started: every child would be replaced after every attempt.
     """
-    from django.conf import settings
+    from django.conf import settings  # noqa: PLC0415 - config.celery_app imports this module before Django is set up
 
-    from jobs import memory_startup
-    from jobs.memory_guard import mib
-    from observability.memory import rss_bytes
-    from observability.task_events import host_of
+    from jobs import memory_startup  # noqa: PLC0415 - config.celery_app imports this module before Django is set up
+    from jobs.memory_guard import mib  # noqa: PLC0415 - config.celery_app imports this module before Django is set up
+    from observability.memory import rss_bytes  # noqa: PLC0415 - config.celery_app imports this module before Django is set up
+    from observability.task_events import host_of  # noqa: PLC0415 - config.celery_app imports this module before Django is set up
 
     if settings.JOBS_WORKER_BALLAST_BYTES and not _ballast:
         _ballast.append(memory_startup.allocate_ballast(settings.JOBS_WORKER_BALLAST_BYTES))
@@ -111,7 +111,7 @@ def prepare_worker_memory(*, nodename: str, limit_bytes: int) -> None:
     fresh = memory_startup.fresh_child_owned_bytes()
     if fresh is None or limit_bytes > fresh:
         return
-    from django.core.checks import Error
+    from django.core.checks import Error  # noqa: PLC0415 - config.celery_app imports this module before Django is set up
 
     error = Error(
         f"the per-child memory limit JOBS_WORKER_MAX_MEMORY_PER_CHILD_BYTES is {limit_bytes} "

@@ -8,7 +8,7 @@ from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from observability.exporter import metrics_view
+from jobs.telemetry.exporters import metrics_view
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 from types import FrameType
@@ -31,7 +32,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    import argparse
 
     parser = argparse.ArgumentParser(prog="python -m devstack", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -51,18 +51,18 @@ def _run(argv: list[str] | None) -> int:
     # Each command's modules are imported here, after the signal handlers
     # (import cost: Django's settings, redis, requests).
     if args.command == "grafana-alerts":
-        from devstack import grafana_alerts
+        from devstack import grafana_alerts  # noqa: PLC0415 - import cost: each command's own modules
 
         return grafana_alerts.main(check=args.check)
     if args.command == "observe":
-        from devstack import observe
+        from devstack import observe  # noqa: PLC0415 - import cost: each command's own modules
 
         return observe.run_observe()
     if args.command == "up":
-        from devstack import up
+        from devstack import up  # noqa: PLC0415 - import cost: each command's own modules
 
         return up.run_up()
-    from devstack import demo
+    from devstack import demo  # noqa: PLC0415 - import cost: each command's own modules
 
     return demo.run_demo()
 

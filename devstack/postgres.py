@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -21,7 +23,7 @@ POSTGRES_DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 
 def postgres_reachable(url: str = POSTGRES_DEFAULT_URL) -> bool:
     """Whether PostgreSQL accepts a connection at `url`."""
-    import psycopg
+    import psycopg  # noqa: PLC0415 - import cost: only when PostgreSQL is used
 
     try:
         with psycopg.connect(_psycopg_dsn(url), connect_timeout=2):
@@ -55,7 +57,7 @@ def ensure_postgres(url: str = POSTGRES_DEFAULT_URL) -> str:
     if _embedded_postgres:
         return str(_embedded_postgres[1])
     try:
-        import pgserver
+        import pgserver  # noqa: PLC0415 - optional dependency (pgserver, the test extra)
     except ImportError:
         raise RuntimeError(
             f"no PostgreSQL answers at {url} and the pgserver package is not installed"
@@ -81,7 +83,7 @@ def create_database(
     CREATE DATABASE ... TEMPLATE: ~0.1 s, against ~2.5 s for `migrate`);
     nobody may be connected to the template meanwhile. Raises psycopg errors.
     """
-    import psycopg
+    import psycopg  # noqa: PLC0415 - import cost: only when PostgreSQL is used
 
     copy = f' TEMPLATE "{template}"' if template else ""
     with psycopg.connect(_psycopg_dsn(admin_url), autocommit=True) as conn:
@@ -92,7 +94,7 @@ def create_database(
 
 def drop_database(name: str, *, admin_url: str = POSTGRES_DEFAULT_URL) -> None:
     """Drop database `name`, disconnecting its sessions."""
-    import psycopg
+    import psycopg  # noqa: PLC0415 - import cost: only when PostgreSQL is used
 
     with psycopg.connect(_psycopg_dsn(admin_url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -110,7 +112,7 @@ def postgres_bin_dir() -> Path:
     if debian:
         return debian[-1].parent
     try:
-        import pgserver
+        import pgserver  # noqa: PLC0415 - optional dependency (pgserver, the test extra)
     except ImportError:
         raise RuntimeError("no PostgreSQL binaries: neither Debian's nor pgserver's") from None
     return Path(pgserver.__file__).parent / "pginstall" / "bin"
@@ -142,8 +144,6 @@ class PostgresServer:
     def _user(self) -> str | None:
         """The system user to run as: None unless root; then `postgres`, else `pgserver`
         (created with useradd when missing, as the pgserver wheel does)."""
-        import os
-        import pwd
 
         if os.geteuid() != 0:
             return None

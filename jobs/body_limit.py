@@ -27,6 +27,7 @@ from django.urls import reverse
 
 from jobs import events
 from jobs.models import Job
+from jobs.reasons import RejectReason
 
 API_PREFIX = "/api/"
 
@@ -52,7 +53,7 @@ def too_large(request: HttpRequest, *, declared: int | None, limit: int) -> Http
     else:
         if request.method == "POST" and request.path == reverse("jobs-api:job-list"):
             # A refused submission, as when the parser refuses it (jobs.api.errors).
-            events.job_rejected.send(sender=Job, kind="", queue="", reason="too_large")
+            events.job_rejected.send(sender=Job, kind="", queue="", reason=RejectReason.TOO_LARGE)
         response = JsonResponse(
             {"detail": detail, "errors": [{"field": "body", "reason": detail}]}, status=413
         )

@@ -38,6 +38,9 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
+from jobs.kinds import get_kind, kind_names, policy_for
+from jobs.memory_guard import attempt_limits
+
 # Highest JOBS_JSON_MAX_DEPTH accepted: recursive code below the API (DRF
 # serializers, json.dumps, the request fingerprint) spends a few frames per
 # level, and Python's recursion limit is 1000 frames.
@@ -49,7 +52,6 @@ MAX_STAMP_DELAY = 0.25
 @register()
 def check_kind_overrides(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
     """JOBS_KIND_OVERRIDES must be {kind: {policy field: value}} and give valid policies."""
-    from jobs.kinds import get_kind, kind_names
 
     overrides = settings.JOBS_KIND_OVERRIDES
     if not isinstance(overrides, dict):
@@ -88,7 +90,6 @@ def check_kind_overrides(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
 @register()
 def check_visibility_timeout(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
     """The Redis visibility timeout must exceed every kind's hard time limit (kombu issue 337)."""
-    from jobs.kinds import kind_names, policy_for
 
     errors: list[CheckMessage] = []
     for name in kind_names():
@@ -126,8 +127,6 @@ def check_json_depth(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
 @register()
 def check_memory_limits(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
     """Memory limits are >= 0 and each kind's effective soft one is below its hard one (jobs.memory_guard)."""
-    from jobs.kinds import kind_names, policy_for
-    from jobs.memory_guard import attempt_limits
 
     errors: list[CheckMessage] = []
     for name in (

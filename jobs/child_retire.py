@@ -18,7 +18,7 @@ from typing import Any
 from billiard.process import current_process
 from celery import signals
 
-from jobs.events import RecycleReason
+from jobs.reasons import RecycleReason
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ DESIGN.md ("Faults"): leases and due times are judged by one clock, the
 database's, never by a host's. Every process stamps leases, due times,
 finish times and retry-budget windows with `now()`: this host's wall clock
 plus the offset to the database server's clock, measured with one
-`SELECT statement_timestamp()` (jobs.selectors.database_now) and measured
+`SELECT statement_timestamp()` (database_now, re-exported by jobs.selectors) and measured
 again
 
 - every REFRESH_SECONDS (drift between two NTP-disciplined clocks is
@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 logger = logging.getLogger(__name__)
@@ -66,11 +66,23 @@ def now() -> datetime:
     return timezone.now() + offset
 
 
+def database_now() -> datetime:
+    """The database server's current time (aware), the clock job_publish stamps with (one query).
+
+    PostgreSQL's statement_timestamp(), not now(): the latter is the start
+    of an enclosing transaction. Raises the database's errors.
+    """
+    sql = "SELECT statement_timestamp()" if connection.vendor == "postgresql" else None
+    if sql is None:  # SQLite (tests, the demo): the host is the database's host
+        return timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return cursor.fetchone()[0]
+
+
 def _measure() -> _Measure | None:
     """Measure the offset now; None when the database cannot be read."""
     global _last
-    from jobs.selectors import database_now
-
     sent = time.time()
     try:
         database = database_now()

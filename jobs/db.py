@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 logger = logging.getLogger(__name__)
@@ -86,8 +87,6 @@ def run_with_reconnect(
     `what` names the work in log lines.
     """
     if within is None:
-        from django.conf import settings
-
         within = settings.JOBS_DB_RETRY_SECONDS
     deadline = time.monotonic() + within
     pause = FIRST_PAUSE_SECONDS

@@ -36,6 +36,7 @@ import weakref
 from typing import Any
 
 from django.conf import settings
+from django.db import connections
 from django.db.backends.signals import connection_created
 
 from jobs import fork_gate
@@ -55,7 +56,6 @@ _watched: dict[int, tuple[weakref.ReferenceType[Any], float | None]] = {}
 def enable() -> None:
     """Put this process's PostgreSQL connections under the deadline: those this thread
     already opened, and every one opened from now on (any thread)."""
-    from django.db import connections
 
     _state["enabled"] = True
     for wrapper in connections.all(initialized_only=True):

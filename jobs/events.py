@@ -1,10 +1,10 @@
 """Domain events, sent by jobs.services after the change is committed.
 
-Telemetry subscribes to these (observability.signals); services never
+Telemetry subscribes to these (jobs.telemetry); services never
 import metrics. Every signal is sent with `sender=Job` and keyword arguments:
 
 - job_submitted(job)
-- job_rejected(kind, queue, reason)       reason: invalid, conflict, queue_full, too_large, unauthenticated
+- job_rejected(kind, queue, reason)       reason: a jobs.reasons.RejectReason
 - attempt_started(job, attempt)           in the process that runs it
 - attempt_finished(job, attempt, decision)
                                           `job` after the change; `decision` is the one
@@ -15,34 +15,19 @@ import metrics. Every signal is sent with `sender=Job` and keyword arguments:
 - attempt_progress(kind, queue, ratio)    a running attempt's progress was written
                                           (jobs.progress; ratio in 0..1, None when the
                                           total is unknown), in the process that runs it
-- delivery_dropped(job, reason)           reason: live, terminal, stale, budget (a retry
-                                          held at its start by the retry budget)
-- leak_suspected(kind, resource)          resource: threads, memory (in the worker child)
+- delivery_dropped(job, reason)           reason: a jobs.reasons.DropReason
+- leak_suspected(kind, resource)          resource: a jobs.reasons.LeakResource (worker child)
 - message_lost(job)                       a queued job's message vanished from the broker;
                                           the scheduler republishes it
-- memory_limit_hit(kind, queue, limit)    limit: soft, hard (jobs.memory_guard, worker child)
+- memory_limit_hit(kind, queue, limit)    limit: a jobs.reasons.Limit (jobs.memory_guard, worker child)
 - child_recycling(hostname, reason)       this worker child is about to be replaced
                                           (reason: a RecycleReason)
 """
 
-from enum import StrEnum
-
 from django.dispatch import Signal
 
-
-class RecycleReason(StrEnum):
-    """Why a worker child was replaced (jobs_worker_children_recycled_total's `reason`)."""
-
-    MAX_TASKS = "max_tasks"  # worker_max_tasks_per_child reached
-    MAX_MEMORY = "max_memory"  # owned memory past the per-child limit after an attempt
-    MEMORY_LIMIT = "memory_limit"  # ended mid-attempt by a kind's hard memory limit
-    HARD_TIME_LIMIT = "hard_time_limit"  # killed by billiard at a hard time limit
-    WORKER_LOST = "worker_lost"  # died mid-attempt (signal, crash)
-    # Retired after an attempt ended by an exception injected into the kind's
-    # code (the supervisor's abort, Celery's soft time limit): whatever that
-    # code held (a lock, an import, a half-written connection) is suspect.
-    ABORTED = "aborted"
-
+# Re-exported: the reason child_recycling carries.
+from jobs.reasons import RecycleReason as RecycleReason
 
 job_submitted = Signal()
 job_rejected = Signal()

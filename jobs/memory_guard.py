@@ -41,13 +41,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from opentelemetry import trace
 
 from jobs import events
 from jobs.kinds.base import AttemptContext
 from jobs.models import AttemptOutcome, Job
 from jobs.policy import Policy
+from jobs.reasons import AbortReason, Limit
 from jobs.services.records import AttemptReport
 from jobs.supervisor import supervisor
+from observability import tracing
 from observability.memory import owned_bytes
 
 logger = logging.getLogger(__name__)
@@ -304,8 +307,10 @@ class AttemptMemoryGuard:
         logger.warning(
             "memory limit job_id=%s attempt=%s %s", self.ctx.job_id, self.ctx.attempt, self.note
         )
-        events.memory_limit_hit.send(sender=Job, kind=self.ctx.kind, queue=self.queue, limit="soft")
-        supervisor.flag(self.ctx, "memory_limit")
+        events.memory_limit_hit.send(
+            sender=Job, kind=self.ctx.kind, queue=self.queue, limit=Limit.SOFT
+        )
+        supervisor.flag(self.ctx, AbortReason.MEMORY_LIMIT)
 
     def on_hard(self, growth: int) -> None:
         """Past the hard limit (`growth` bytes): record `memory_limit` with `record`, end the child.
@@ -340,7 +345,9 @@ class AttemptMemoryGuard:
             logger.exception("could not record the memory limit of job %s", ctx.job_id)
         finally:
             self._end_span(message)
-            events.memory_limit_hit.send(sender=Job, kind=ctx.kind, queue=self.queue, limit="hard")
+            events.memory_limit_hit.send(
+                sender=Job, kind=ctx.kind, queue=self.queue, limit=Limit.HARD
+            )
             events.child_recycling.send(
                 sender=Job, hostname=self.hostname, reason=events.RecycleReason.MEMORY_LIMIT
             )
@@ -349,9 +356,6 @@ class AttemptMemoryGuard:
     def _end_span(self, message: str) -> None:
         if self.span is None:
             return
-        from opentelemetry import trace
-
-        from observability import tracing
 
         try:
             self.span.set_attribute("job.outcome", str(AttemptOutcome.MEMORY_LIMIT))

@@ -11,12 +11,18 @@ See jobs.memory_guard for the measure and the per-attempt limits.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
+import uuid
+
+import billiard.pool
+from celery import signals
+from django.db import connections
 
 from jobs import child_retire, events
-from observability.memory import owned_bytes
+from observability.memory import mark_fork, owned_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +66,6 @@ def install_recycle_measure(*, hostname: str, limit_kb: int) -> None:
     module attribute changes the reading and nothing else;
     tests/unit/test_memory_guard.py fails if billiard stops calling it.
     """
-    import billiard.pool
 
     _recycle["limit_kb"], _recycle["hostname"] = limit_kb, hostname
     billiard.pool.mem_rss = owned_kib  # type: ignore[attr-defined]
@@ -80,9 +85,6 @@ def fresh_child_owned_bytes(timeout: float = 30.0) -> int | None:
     only makes the figure smaller. Returns None when the probe fails or
     takes longer than `timeout` seconds (it is then killed).
     """
-    from celery import signals
-
-    from observability.memory import mark_fork
 
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -120,12 +122,8 @@ def fresh_child_owned_bytes(timeout: float = 30.0) -> int | None:
 
 def _warm_up() -> None:
     """In the probe: what an attempt needs first, a database connection and an ORM query."""
-    import gc
-    import uuid
 
-    from django.db import connections
-
-    from jobs.models import Job
+    from jobs.models import Job  # noqa: PLC0415 - imported by config.startup before the app registry is ready
 
     # An inherited connection shares its socket with the parent: never use or
     # close it here. Keeping a reference stops its finalizer from sending a

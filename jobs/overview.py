@@ -18,7 +18,9 @@ from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from jobs import estimates, selectors
+from jobs.broker import broker_client
 from jobs.models import TERMINAL_STATUSES, Attempt, Job, JobStatus
+from observability import worker_report
 
 logger = logging.getLogger(__name__)
 
@@ -159,8 +161,6 @@ class WorkerMemory:
 
 def worker_memory() -> WorkerMemory:
     """The live workers' own reports (observability.worker_report), two Redis round trips."""
-    from jobs.broker import broker_client
-    from observability import worker_report
 
     max_age = 3 * max(settings.JOBS_WORKER_REPORT_INTERVAL, 1.0)
     try:

@@ -25,11 +25,11 @@ from opentelemetry import trace
 from jobs import child_retire, events, memory_guard, redaction, services
 from jobs.child_gc import collect_after_failure
 from jobs.db import is_unavailable, run_with_reconnect
-from jobs.events import RecycleReason
 from jobs.kinds import AttemptContext, Cancelled, Kind, PermanentError, RetryableError, get_kind
 from jobs.models import AttemptOutcome, Job, JobStatus
 from jobs.policy import Policy
 from jobs.progress import Progress, ProgressReporter
+from jobs.reasons import AbortReason, RecycleReason
 from jobs.services import AttemptEnd, AttemptReport, AttemptRun, StartedAttempt
 from jobs.supervisor import (
     SUPERVISOR_THREAD_NAME,
@@ -346,22 +346,28 @@ def _run_and_classify(
     if isinstance(error, SystemExit | KeyboardInterrupt):
         raise error
     late_return = time.monotonic() >= ctx.soft_deadline
-    if error is not None and (flagged == "memory_limit" or isinstance(error, MemoryError)):
+    if error is not None and (
+        flagged == AbortReason.MEMORY_LIMIT or isinstance(error, MemoryError)
+    ):
         # Stopped on the memory guard's flag (or out of memory outright): the
         # outcome says why, whatever the kind raised on its way out.
         report = _failure(AttemptOutcome.MEMORY_LIMIT, error, retryable=False)
         return replace(report, error_type=MEMORY_LIMIT_ERROR)
     if isinstance(error, AttemptAbort):
         reason = error.reason
-        outcome = AttemptOutcome.CANCELLED if reason == "cancelled" else AttemptOutcome.SOFT_TIMEOUT
+        outcome = (
+            AttemptOutcome.CANCELLED
+            if reason == AbortReason.CANCELLED
+            else AttemptOutcome.SOFT_TIMEOUT
+        )
         return _failure(outcome, error, retryable=outcome == AttemptOutcome.SOFT_TIMEOUT)
     if isinstance(error, SoftTimeLimitExceeded):
         return _failure(AttemptOutcome.SOFT_TIMEOUT, error, retryable=True)
     if isinstance(error, Cancelled):
-        if flagged == "soft_timeout" or (flagged is None and late_return):
+        if flagged == AbortReason.SOFT_TIMEOUT or (flagged is None and late_return):
             return _failure(AttemptOutcome.SOFT_TIMEOUT, error, retryable=True)
         return _failure(AttemptOutcome.CANCELLED, error, retryable=False)
-    if error is not None and flagged == "cancelled":
+    if error is not None and flagged == AbortReason.CANCELLED:
         return _failure(AttemptOutcome.CANCELLED, error, retryable=False)
     if error is not None and late_return:
         # Whatever it raised, it raised past the soft limit.

@@ -13,11 +13,10 @@ from operator import or_
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import Count, Min, Q, QuerySet
-from django.utils import timezone
 
 from jobs import broker, clock, ownership
+from jobs.clock import database_now  # noqa: F401 - re-exported: selectors.database_now()
 from jobs.models import Attempt, Job, JobStatus
 from jobs.services.publish_stamps import stamp_grace_seconds
 
@@ -110,20 +109,6 @@ def jobs_published_before(*, published_before: datetime, limit: int) -> QuerySet
     return Job.objects.filter(status=JobStatus.QUEUED, published_at__lt=published_before).order_by(
         "published_at"
     )[:limit]
-
-
-def database_now() -> datetime:
-    """The database server's current time (aware), the clock job_publish stamps with.
-
-    PostgreSQL's statement_timestamp(), not now(): the latter is the start
-    of an enclosing transaction. Raises the database's errors.
-    """
-    sql = "SELECT statement_timestamp()" if connection.vendor == "postgresql" else None
-    if sql is None:  # SQLite (tests, the demo): the host is the database's host
-        return timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute(sql)
-        return cursor.fetchone()[0]
 
 
 @dataclass(frozen=True)

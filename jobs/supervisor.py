@@ -34,6 +34,7 @@ from django.conf import settings
 
 from jobs.broker_transport import redis_client
 from jobs.kinds.base import AttemptContext
+from jobs.reasons import AbortReason
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ SUPERVISOR_THREAD_NAME = "jobs-attempt-supervisor"
 class AttemptAbort(BaseException):  # noqa: N818 - mirrors SystemExit/KeyboardInterrupt
     """Raised in the attempt's thread to end it. A BaseException so `except Exception` cannot swallow it.
 
-    `reason` is "soft_timeout", "cancelled" or "memory_limit".
+    `reason` is a jobs.reasons.AbortReason.
     """
 
     def __init__(self, reason: str) -> None:
@@ -175,7 +176,7 @@ class Supervisor:
         # The attempt may have ended between the decision and the signal.
         if watch is not None and watch.aborted:
             watch.interrupted = "AttemptAbort"
-            raise AttemptAbort(watch.reason or "soft_timeout")
+            raise AttemptAbort(watch.reason or AbortReason.SOFT_TIMEOUT)
 
     def _cancel_requested(self, job_id: object) -> bool:
         try:
@@ -208,9 +209,9 @@ class Supervisor:
         now = time.monotonic()
         if watch.reason is None:
             if now >= watch.ctx.soft_deadline:
-                reason = "soft_timeout"
+                reason = AbortReason.SOFT_TIMEOUT
             elif self._cancel_requested(watch.ctx.job_id):
-                reason = "cancelled"
+                reason = AbortReason.CANCELLED
             else:
                 return
             with self._lock:

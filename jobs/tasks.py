@@ -30,6 +30,7 @@ from jobs import (
     runner,
     services,
     spool_drainer,
+    task_names,
     task_states,
     worker_shutdown,  # noqa: F401 - a second SIGTERM is a cold shutdown
 )
@@ -302,7 +303,7 @@ class AttemptTask(Task):
 # process's *current* app, which any other `Celery()` made in the process
 # (a library, a test's inspection client) silently replaces.
 @app.task(
-    name="jobs.run_attempt",
+    name=task_names.RUN_ATTEMPT,
     base=AttemptTask,
     bind=True,
     acks_late=True,

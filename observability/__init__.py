@@ -15,22 +15,22 @@ def start(role: str, *, hostname: str | None = None) -> None:
     "worker" (the Celery worker's main process, worker_ready; `hostname`
     is its node name), "worker-child" (each pool child,
     worker_process_init), "scheduler" (jobs_scheduler, after its metrics
-    directory is activated). Series exported at 0 from the start
-    (observability.series) and the tracer provider (observability.tracing;
+    directory is activated). The tracer provider (observability.tracing;
     nothing is installed when no exporter is configured, so spans cost a
-    no-op) are set up here; a child also gets its memory-dump handler.
+    no-op) is set up here; a child also gets its memory-dump handler. The
+    jobs domain's series at 0 are jobs.telemetry.start's (it calls this).
     The worker's main process forks children for its whole life: it starts
     no exporter thread, its spans are exported by its children
     (docs/forking.md). Raises ValueError for an unknown role.
     """
     if role not in ROLES:
         raise ValueError(f"unknown telemetry role {role!r}; one of {', '.join(ROLES)}")
-    from observability import series, span_spool, tracing
+    from observability import span_spool, tracing  # noqa: PLC0415 - import cost: tracing pulls in OpenTelemetry; the package is imported before a role starts
 
     if role == "worker-child":
-        from django.conf import settings
+        from django.conf import settings  # noqa: PLC0415 - import cost: the package is imported before Django is set up
 
-        from observability import dumps
+        from observability import dumps  # noqa: PLC0415 - import cost: dumps only in a worker child
 
         tracing.setup(role="worker", replay_from=span_spool.spool_dir())
         # After fork, so tracemalloc counts only this child's allocations.
@@ -39,7 +39,5 @@ def start(role: str, *, hostname: str | None = None) -> None:
         return
     if role == "worker":
         tracing.setup_spooled(role="worker", directory=span_spool.spool_dir())
-        series.initialize("worker", hostname=hostname)
     else:
         tracing.setup(role=role)
-        series.initialize(role)

@@ -1,8 +1,7 @@
-"""Collectors computed at scrape time from shared state (Redis, the database, the process table)."""
+"""Collectors computed at scrape time from the process table (the jobs domain's: jobs.telemetry.collectors)."""
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterator
 
@@ -11,73 +10,6 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from observability.metrics import scrape_family
-
-logger = logging.getLogger(__name__)
-
-
-class QueueDepthCollector(Collector):
-    """Queue depth by part, per queue, and the dead-letter set.
-
-    jobs_queue_depth{queue, state}: ready (broker lists, every priority
-    sub-queue), reserved (delivered to a worker, not yet acknowledged),
-    scheduled (retries waiting in our store), unpublished (the outbox),
-    delayed (jobs waiting for their `run_after`).
-    celery_queue_length{queue_name} is the ready part, as celery-exporter
-    reports it. jobs_queue_oldest_age_seconds{queue} is the age of the
-    oldest queued job. jobs_dead_letters{kind, reason} counts dead jobs now.
-
-    The broker's parts (ready, reserved, celery_queue_length) are left out
-    when the broker cannot be read, rather than reported as 0; the database's
-    parts are still reported. The scheduler serves the two series the backlog
-    alerts read as well (`backlog_only=True`: jobs_queue_depth and
-    jobs_queue_oldest_age_seconds; dashboards and alerts take max over
-    processes), so those alerts keep working while the web is down; the
-    series users sum (celery_queue_length by queue_name, the dead-letter set)
-    stay the web's alone. `close_connection=True` closes the database
-    connection after each scrape (the scheduler's scrapes run in short-lived
-    threads, whose connection would otherwise outlive them).
-    """
-
-    BROKER_STATES = ("ready", "reserved")
-    DATABASE_STATES = ("scheduled", "unpublished", "delayed")
-
-    def __init__(self, *, backlog_only: bool = False, close_connection: bool = False) -> None:
-        self.backlog_only = backlog_only
-        self.close_connection = close_connection
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        # Imported when scraped: jobs.selectors needs the app registry ready, which
-        # it is not when the exporter module is imported (config.urls, the scheduler).
-        from django.db import close_old_connections, connection
-
-        from jobs import selectors
-
-        close_old_connections()
-        depth = scrape_family("jobs_queue_depth")
-        length = scrape_family("celery_queue_length")
-        oldest = scrape_family("jobs_queue_oldest_age_seconds")
-        dead = scrape_family("jobs_dead_letters")
-        try:
-            depths = selectors.queue_depths()
-            for queue, d in depths.items():
-                states: tuple[str, ...] = self.DATABASE_STATES
-                if d.broker_read:
-                    states = self.BROKER_STATES + states
-                    length.add_metric([queue], d.ready)
-                for state in states:
-                    depth.add_metric([queue, state], getattr(d, state))
-                oldest.add_metric([queue], d.oldest_age_seconds)
-            if not self.backlog_only:
-                for (kind, reason), count in selectors.dead_letter_counts().items():
-                    dead.add_metric([kind, reason], count)
-        except Exception as exc:  # a scrape reports what it can; jobs_database_up says why
-            logger.warning("queue depth collection failed: %s: %s", type(exc).__name__, exc)
-        finally:
-            if self.close_connection:
-                connection.close()
-        yield from (depth, oldest)
-        if not self.backlog_only:
-            yield from (length, dead)
 
 
 class WorkerPoolCollector(Collector):
@@ -112,31 +44,3 @@ class WorkerPoolCollector(Collector):
             except psutil.NoSuchProcess:
                 continue
         yield from (limit, rss, threads, main_rss)
-
-
-class RetryBudgetCollector(Collector):
-    """jobs_retry_budget_used{kind} and jobs_retry_budget_limit{kind}: the current budget window.
-
-    Read from the budget's Redis (jobs.budget.window_counts) at scrape
-    time, one pipelined round trip for every registered kind, so every
-    process reports the same shared counter. Nothing is exported when Redis
-    cannot be read (jobs_retry_budget_fallback_total tells the story).
-    """
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        import time
-
-        from jobs import budget
-        from jobs.kinds.registry import kind_names
-
-        used = scrape_family("jobs_retry_budget_used")
-        limit = scrape_family("jobs_retry_budget_limit")
-        try:
-            for kind, (count, allowed) in budget.window_counts(
-                kind_names(), now=time.time()
-            ).items():
-                used.add_metric([kind], count)
-                limit.add_metric([kind], allowed)
-        except Exception:
-            logger.warning("retry budget collection failed", exc_info=True)
-        yield from (used, limit)

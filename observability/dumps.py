@@ -39,6 +39,8 @@ from typing import Any
 import psutil
 from celery.worker.control import inspect_command
 
+from observability.worker_info import pool_pids
+
 logger = logging.getLogger(__name__)
 
 DUMP_SIGNAL = signal.SIGRTMIN + 4  # SIGRTMIN+3 is jobs.supervisor's abort signal
@@ -150,7 +152,6 @@ def jobs_dump(
     state: Any, top: int = DEFAULT_TOP, deadline: float = DEFAULT_DEADLINE_SECONDS, **_: Any
 ) -> dict[str, Any]:
     """Per child: RSS, threads with their stacks, top allocation sites (when tracemalloc is on)."""
-    from observability.worker_info import pool_pids
 
     top = max(0, min(int(top), MAX_TOP))
     deadline = max(0.0, min(float(deadline), MAX_DEADLINE_SECONDS))

@@ -1,4 +1,6 @@
-"""The three /metrics endpoints: worker (its main process), scheduler, and the web's view.
+"""The machinery of the three /metrics endpoints: worker (its main process), scheduler, web.
+
+What each serves of the jobs domain, and starting them: jobs.telemetry.exporters.
 
 Only the worker's main process listens (default 127.0.0.1:9808), so
 children never race for the port and nothing is lost when one is
@@ -13,40 +15,25 @@ its gunicorn workers' counters and the queue depth.
 from __future__ import annotations
 
 import logging
-from typing import Any
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from celery import current_app
-from django.conf import settings
-from django.http import HttpRequest, HttpResponse
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    REGISTRY,
-    CollectorRegistry,
-    generate_latest,
-    make_wsgi_app,
-    start_http_server,
-)
+from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app
 
-from jobs import fork_gate
-from observability.collectors import (
-    QueueDepthCollector,
-    RetryBudgetCollector,
-    WorkerPoolCollector,
-)
+from observability.collectors import WorkerPoolCollector
 from observability.multiproc import (
     CompactingMultiProcessCollector,
     activate,
     multiproc_dir,
     role_dir,
 )
-from observability.probes import DependencyCollector
 from observability.series import failed_series
-from observability.worker_monitor import WorkerMonitor, WorkerUpCollector
 
 logger = logging.getLogger(__name__)
 
-_worker_server: object | None = None
 METRICS_THREAD_NAME = "jobs-worker-metrics"
 SCRAPE_SOCKET_TIMEOUT = 5.0
 
@@ -60,7 +47,15 @@ def prepare_worker_dir(*, nodename: str) -> None:
     logger.info("worker metrics directory %s", directory)
 
 
-def _register_process_series(registry: CollectorRegistry) -> None:
+class Gate(Protocol):
+    """What the exporter needs of a fork gate (jobs.fork_gate.ForkGate)."""
+
+    def section(self, name: str) -> AbstractContextManager[None]: ...
+
+    def start_thread(self, target: Callable[[], object], *, name: str) -> threading.Thread: ...
+
+
+def register_process_series(registry: CollectorRegistry) -> None:
     """Add this role's own series to `registry`.
 
     With a multiprocess directory (observability.multiproc): every process's
@@ -80,7 +75,7 @@ def worker_registry(*, hostname: str, max_memory_kb: int) -> CollectorRegistry:
     registry = CollectorRegistry()
     first, last = failed_series.collectors()
     registry.register(first)
-    _register_process_series(registry)
+    register_process_series(registry)
     registry.register(
         WorkerPoolCollector(hostname=hostname, max_memory_per_child_bytes=max_memory_kb * 1024)
     )
@@ -97,20 +92,27 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 class GatedWSGIServer(WSGIServer):
-    """prometheus-client's exporter, one request at a time, each a jobs.fork_gate section.
+    """prometheus-client's exporter, one request at a time, each a section of `gate`.
 
     The worker's main process forks pool children for its whole life; a
     scrape (reading metric files, the process table, imports on the first
     one) must not be under way in another thread when it does.
     """
 
+    gate: Gate
+
     def process_request(self, request: Any, client_address: Any) -> None:
-        with fork_gate.section("worker metrics"):
+        with self.gate.section("worker metrics"):
             super().process_request(request, client_address)
 
 
-def serve_gated(*, port: int, addr: str, registry: CollectorRegistry) -> GatedWSGIServer:
-    """Serve `registry` at http://addr:port/metrics from one registered thread; returns the server."""
+def serve_gated(
+    *, port: int, addr: str, registry: CollectorRegistry, gate: Gate
+) -> GatedWSGIServer:
+    """Serve `registry` at http://addr:port/metrics from one thread registered with `gate`.
+
+    Returns the server; raises OSError when the port cannot be bound.
+    """
     server = make_server(
         addr,
         port,
@@ -118,73 +120,6 @@ def serve_gated(*, port: int, addr: str, registry: CollectorRegistry) -> GatedWS
         server_class=GatedWSGIServer,
         handler_class=_QuietHandler,
     )
-    fork_gate.start_thread(server.serve_forever, name=METRICS_THREAD_NAME)
+    server.gate = gate
+    gate.start_thread(server.serve_forever, name=METRICS_THREAD_NAME)
     return server
-
-
-def start_worker_exporter(*, hostname: str, max_memory_kb: int) -> None:
-    """Serve the worker's /metrics from this (main) process, once. Port 0 turns it off."""
-    global _worker_server
-    port = settings.JOBS_WORKER_METRICS_PORT
-    if not port or _worker_server is not None:
-        return
-    registry = worker_registry(hostname=hostname, max_memory_kb=max_memory_kb)
-    try:
-        _worker_server = serve_gated(
-            port=port, addr=settings.JOBS_WORKER_METRICS_ADDR, registry=registry
-        )
-    except OSError as exc:
-        logger.error("worker metrics not served: port %s: %s", port, exc)
-        return
-    logger.info("worker metrics on http://%s:%s/metrics", settings.JOBS_WORKER_METRICS_ADDR, port)
-
-
-def scheduler_registry(monitor: WorkerMonitor) -> CollectorRegistry:
-    """Registry of the scheduler's /metrics: its own counters, the workers' up/active view,
-    the queue depth and oldest job's age (so the backlog alerts outlive the web), and its
-    probes of the broker and the database."""
-    registry = CollectorRegistry()
-    _register_process_series(registry)
-    registry.register(WorkerUpCollector(monitor))
-    registry.register(QueueDepthCollector(backlog_only=True, close_connection=True))
-    registry.register(DependencyCollector(monitor.app))
-    return registry
-
-
-def start_scheduler_exporter(monitor: WorkerMonitor) -> object | None:
-    """Serve the scheduler's /metrics (JOBS_SCHEDULER_METRICS_ADDR:PORT); port 0 turns it off.
-
-    Returns the server, or None when off or the port is taken (logged).
-    """
-    port = settings.JOBS_SCHEDULER_METRICS_PORT
-    if not port:
-        return None
-    try:
-        server = start_http_server(
-            port, addr=settings.JOBS_SCHEDULER_METRICS_ADDR, registry=scheduler_registry(monitor)
-        )
-    except OSError as exc:
-        logger.error("scheduler metrics not served: port %s: %s", port, exc)
-        return None
-    logger.info(
-        "scheduler metrics on http://%s:%s/metrics", settings.JOBS_SCHEDULER_METRICS_ADDR, port
-    )
-    return server
-
-
-def web_registry() -> CollectorRegistry:
-    """Registry of the web's /metrics: gunicorn workers' files, queue depth, the retry budget,
-    and its probes of the broker and the database."""
-    registry = CollectorRegistry()
-    _register_process_series(registry)
-    registry.register(QueueDepthCollector())
-    registry.register(RetryBudgetCollector())
-    # The app config.celery_app built (importing it here would be a cycle: it imports
-    # observability); `config` loads it in every process with Django settings.
-    registry.register(DependencyCollector(current_app))
-    return registry
-
-
-def metrics_view(request: HttpRequest) -> HttpResponse:
-    """GET /metrics for Prometheus (web process)."""
-    return HttpResponse(generate_latest(web_registry()), content_type=CONTENT_TYPE_LATEST)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from enum import StrEnum
 
 import psutil
 
@@ -108,6 +109,13 @@ def live_threads() -> set[threading.Thread]:
     return set(threading.enumerate())
 
 
+class LeakResource(StrEnum):
+    """What an attempt left behind (jobs_leak_suspected_total's `resource`)."""
+
+    THREADS = "threads"
+    MEMORY = "memory"
+
+
 class LeakTracker:
     """Flags attempts that leave threads or memory behind, per kind, in one process.
 
@@ -115,7 +123,7 @@ class LeakTracker:
     is a leak at once (the Go incident's "goroutine leak detected" line).
     Memory: RSS growth above `rss_threshold_bytes` on `consecutive`
     attempts of one kind in a row. `check()` returns the resources leaked
-    (subset of {"threads", "memory"}) and logs one warning line for each.
+    (LeakResource members) and logs one warning line for each.
     """
 
     def __init__(
@@ -134,15 +142,15 @@ class LeakTracker:
         threads_before: set[threading.Thread],
         rss_before: int | None,
         rss_after: int | None,
-    ) -> list[str]:
-        leaked: list[str] = []
+    ) -> list[LeakResource]:
+        leaked: list[LeakResource] = []
         new_threads = [
             t
             for t in threading.enumerate()
             if t not in threads_before and t.is_alive() and t.name not in self.ignore
         ]
         if new_threads:
-            leaked.append("threads")
+            leaked.append(LeakResource.THREADS)
             logger.warning(
                 "leak suspected kind=%s resource=threads count=%s job_id=%s threads=%s",
                 kind,
@@ -154,7 +162,7 @@ class LeakTracker:
             if rss_after - rss_before > self.rss_threshold_bytes:
                 streak = self._growth_streak[kind] = self._growth_streak.get(kind, 0) + 1
                 if streak >= self.consecutive:
-                    leaked.append("memory")
+                    leaked.append(LeakResource.MEMORY)
                     logger.warning(
                         "leak suspected kind=%s resource=memory count=%s growth_bytes=%s rss_bytes=%s job_id=%s",
                         kind,

@@ -15,6 +15,7 @@ how they merge with `multiprocess_mode`.
 from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 
 # Attempt and end-to-end latencies of background jobs: 10 ms to 30 min.
 DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
@@ -194,7 +195,7 @@ jobs_leak_suspected_total = Counter(
     ("kind", "resource"),
 )
 
-# --- computed at scrape time (observability.collectors) ---------------------
+# --- computed at scrape time (observability.collectors, jobs.telemetry.collectors) ---
 # Read from shared state when scraped, so they are right in every process
 # and after any crash. {name: (type, labels, help)}
 SCRAPE_TIME_SERIES: dict[str, tuple[str, tuple[str, ...], str]] = {
@@ -275,7 +276,6 @@ SCRAPE_TIME_SERIES: dict[str, tuple[str, tuple[str, ...], str]] = {
 
 def scrape_family(name: str):
     """A GaugeMetricFamily for catalogue entry `name` of SCRAPE_TIME_SERIES. Raises KeyError."""
-    from prometheus_client.core import GaugeMetricFamily
 
     _, labels, help_text = SCRAPE_TIME_SERIES[name]
     return GaugeMetricFamily(name, help_text, labels=list(labels))

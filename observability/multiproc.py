@@ -29,6 +29,8 @@ import psutil
 from prometheus_client import CollectorRegistry, multiprocess
 from prometheus_client.mmap_dict import MmapedDict
 
+from config.env import metrics_root
+
 logger = logging.getLogger(__name__)
 
 _FILE = re.compile(r"^(?P<type>[a-z]+)_(?:(?P<mode>[a-z]+)_)?(?P<pid>\d+)\.db$")
@@ -48,7 +50,7 @@ def activate(directory: Path, *, wipe_first: bool = False) -> Path:
     the value class current at that moment. `wipe_first` empties the
     directory (keeping this process's files): do it once, before forking.
     """
-    from prometheus_client import values
+    from prometheus_client import values  # noqa: PLC0415 - the value class current at activation, after the environment is set
 
     global _active_dir
     directory.mkdir(parents=True, exist_ok=True)
@@ -68,7 +70,6 @@ def multiproc_dir() -> Path | None:
 
 def role_dir(role: str) -> Path:
     """Directory for `role` ("web", "scheduler", or "worker-<node>") under JOBS_METRICS_DIR."""
-    from config.env import metrics_root
 
     safe = re.sub(r"[^A-Za-z0-9_.@-]", "_", role)
     return metrics_root() / safe

@@ -4,13 +4,13 @@ Prometheus computes `increase()` and `rate()` from the samples it scraped: a
 series that first appears at 3 (its first three failures happened between
 two scrapes) counts as no increase at all, and an alert on "failures over
 5 minutes" misses exactly the first burst of a storm. Prometheus's advice
-is to initialise the series you know of; this module does, in each process
-role, right after the role switched to multiprocess metrics:
+is to initialise the series you know of; in each process role, right after
+the role switched to multiprocess metrics:
 
-- `initialize(role)`: every label set whose values are known in advance:
-  registered kinds x configured queues x the enums (outcomes, reasons,
-  limits); the worker's own hostname series; the attempt task's
-  celery-exporter counters per queue.
+- `jobs.telemetry.series.initialize(role)`: every label set whose values
+  are known in advance: registered kinds x configured queues x the enums
+  (outcomes, reasons, limits); the worker's own hostname series; the
+  attempt task's celery-exporter counters per queue.
 - `FirstSeenAtZero`: the one open label, the exception class of
   `celery_task_failed_total`. A new exception name is exposed at 0 by the
   next scrape and its first increment is applied right after that scrape
@@ -25,14 +25,8 @@ from typing import Any
 
 from prometheus_client.registry import Collector
 
-from jobs.events import RecycleReason
 from observability import metrics as m
 
-TASK_NAME = "jobs.run_attempt"
-TERMINAL = ("succeeded", "dead", "cancelled")
-REJECT_REASONS = ("invalid", "conflict", "queue_full", "too_large", "unauthenticated")
-DROP_REASONS = ("live", "terminal", "stale", "budget")
-LOST_SIGNALS = ("SIGKILL", "SIGSEGV", "SIGABRT", "SIGTERM")
 # Exceptions an attempt ends with whatever the kind: known up front.
 KNOWN_EXCEPTIONS = (
     "",
@@ -45,65 +39,6 @@ KNOWN_EXCEPTIONS = (
     "UnstorableOutcome",
     "MemoryLimitExceeded",
 )
-
-
-def _kinds_and_queues() -> tuple[list[str], list[str]]:
-    from django.conf import settings
-
-    from jobs.kinds.registry import kind_names
-
-    return kind_names(), list(settings.JOBS_QUEUES)
-
-
-def initialize(role: str, *, hostname: str | None = None) -> None:
-    """Create at 0 every known series this process role can write (call after multiproc activation).
-
-    `role` is "web", "scheduler" or "worker" (the worker's main process);
-    `hostname` is the worker's host label (celery-exporter's host part).
-    """
-    from jobs.decisions import RETRYABLE_OUTCOMES
-    from jobs.models import AttemptOutcome, DeadReason
-    from observability.task_events import host_of
-
-    kinds, queues = _kinds_and_queues()
-    host = host_of(hostname)
-    for queue in queues:
-        m.celery_task_sent_total.labels(TASK_NAME, host, queue)
-        for kind in kinds:
-            m.jobs_submitted_total.labels(kind, queue)
-            m.jobs_retry_budget_exhausted_total.labels(kind, queue)
-            m.jobs_retry_budget_deferred_total.labels(kind, queue)
-            m.jobs_retry_budget_fallback_total.labels(kind, queue)
-            m.jobs_retry_delay_seconds.labels(kind, queue)
-            m.jobs_messages_lost_total.labels(kind, queue)
-            for reason in REJECT_REASONS:
-                m.jobs_rejected_total.labels(kind, queue, reason)
-            for outcome in AttemptOutcome.values:
-                m.jobs_attempts_total.labels(kind, queue, outcome)
-                m.jobs_attempt_duration_seconds.labels(kind, queue, outcome)
-            for outcome in RETRYABLE_OUTCOMES:
-                m.jobs_retries_total.labels(kind, queue, outcome)
-            for outcome in TERMINAL:
-                m.jobs_completed_total.labels(kind, queue, outcome)
-                m.jobs_end_to_end_seconds.labels(kind, queue, outcome)
-            for reason in DeadReason.values:
-                m.jobs_dead_letters_total.labels(kind, queue, reason)
-            for reason in DROP_REASONS:
-                m.jobs_duplicate_deliveries_total.labels(kind, queue, reason)
-            for limit in ("soft", "hard"):
-                m.jobs_time_limits_hit_total.labels(kind, queue, limit)
-                m.jobs_memory_limits_hit_total.labels(kind, queue, limit)
-    for reason in REJECT_REASONS:
-        m.jobs_rejected_total.labels(m.UNKNOWN, m.UNKNOWN, reason)
-    for kind in kinds:
-        m.jobs_attempt_rss_growth_bytes.labels(kind)
-        for resource in ("threads", "memory"):
-            m.jobs_leak_suspected_total.labels(kind, resource)
-    if role == "worker":
-        for reason in RecycleReason:
-            m.jobs_worker_children_recycled_total.labels(host, reason)
-        for signal_name in LOST_SIGNALS:
-            m.jobs_workers_lost_total.labels(host, signal_name)
 
 
 class FirstSeenAtZero:

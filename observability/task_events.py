@@ -14,15 +14,16 @@ Here the worker's main process calls `observe()` for every event it sends
 about an attempt (jobs.tasks.AttemptRequest.send_event), whether or not
 events are enabled, so our endpoint moves exactly as celery-exporter would
 watching the same worker. task-received is counted by the task_received
-signal and task-sent by after_task_publish (observability.signals):
+signal and task-sent by after_task_publish (jobs.telemetry.celery_events):
 Celery sends those two events outside the request. Every counter of a label
-set exists at 0 before it moves (observability.series): the first increment
+set exists at 0 before it moves (jobs.telemetry.series): the first increment
 of a failure under a never-seen exception name shows one scrape later.
 """
 
 from __future__ import annotations
 
 import re
+import socket
 from typing import Any
 
 from observability import metrics as m
@@ -41,7 +42,6 @@ _seen: set[tuple[str, str, str]] = set()
 
 def host_of(nodename: str | None) -> str:
     """Host part of a Celery node name ("worker1@box" -> "box"), as celery-exporter labels it."""
-    import socket
 
     return (nodename or socket.gethostname()).rpartition("@")[2]
 

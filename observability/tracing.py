@@ -57,7 +57,7 @@ class JsonLinesSpanExporter:
         self.path = path
 
     def export(self, spans: Sequence[Any]) -> Any:
-        from opentelemetry.sdk.trace.export import SpanExportResult
+        from opentelemetry.sdk.trace.export import SpanExportResult  # noqa: PLC0415 - import cost: the SDK only when an exporter is configured
 
         lines = []
         for span in spans:
@@ -116,7 +116,7 @@ def _exporter() -> Any:
         return None
     if settings.JOBS_OTEL_SPAN_FILE:
         return JsonLinesSpanExporter(settings.JOBS_OTEL_SPAN_FILE)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # noqa: PLC0415 - import cost: the OTLP exporter only when configured
 
     return OTLPSpanExporter()
 
@@ -201,7 +201,7 @@ _instrumented_pid: dict[str, int] = {}
 
 
 def _instrument(role: str) -> None:
-    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor  # noqa: PLC0415 - import cost: instrumentation only when tracing is on
 
     celery = CeleryInstrumentor()
     # A process forked after its parent instrumented Celery inherits that
@@ -214,7 +214,7 @@ def _instrument(role: str) -> None:
         celery.instrument()
         _instrumented_pid["celery"] = os.getpid()
     if role == "web":
-        from opentelemetry.instrumentation.django import DjangoInstrumentor
+        from opentelemetry.instrumentation.django import DjangoInstrumentor  # noqa: PLC0415 - import cost: instrumentation only when tracing is on
 
         if not DjangoInstrumentor().is_instrumented_by_opentelemetry:
             DjangoInstrumentor().instrument(

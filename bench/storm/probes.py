@@ -86,7 +86,7 @@ class PlatformProbe:
             if self.database_url.startswith("sqlite:///"):
                 self._conn = sqlite3.connect(self.database_url[len("sqlite:///") :], timeout=10)
             else:
-                import psycopg
+                import psycopg  # noqa: PLC0415 - only for a PostgreSQL database URL
 
                 dsn = self.database_url.replace("postgres://", "postgresql://", 1)
                 self._conn = psycopg.connect(dsn, autocommit=True)

@@ -93,10 +93,10 @@ def table(results: list[SideResult]) -> str:
 
 def plot(results: list[SideResult], config: StormConfig, path: Path) -> Path:
     """Write RSS growth, attempts in flight (and retries pending) and threads over time to `path` (PNG)."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - optional dependency (the drill extra), only for the plot
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - optional dependency (the drill extra), only for the plot
 
     colours = {"platform": "tab:blue", "stock": "tab:red"}
     fig, (rss_ax, flight_ax, thread_ax) = plt.subplots(3, 1, figsize=(10, 9), sharex=True)

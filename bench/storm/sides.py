@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from celery import Celery
+
 from config.env import env
 from devstack.postgres import create_database, drop_database, ensure_postgres
 from devstack.processes import ROOT, Process, Stack
@@ -121,7 +123,6 @@ class StockSide:
     name = "stock"
 
     def __init__(self, stack: Stack, broker_url: str, config: StormConfig) -> None:
-        from celery import Celery
 
         stack.commands["worker"] = [
             "celery",

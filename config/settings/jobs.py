@@ -233,7 +233,7 @@ JOBS_ADMIN_EXACT_COUNT_LIMIT: int = env.int("JOBS_ADMIN_EXACT_COUNT_LIMIT", defa
 JOBS_ADMIN_ACTION_INLINE: int = env.int("JOBS_ADMIN_ACTION_INLINE", default=100)
 JOBS_ADMIN_ACTION_BATCH: int = env.int("JOBS_ADMIN_ACTION_BATCH", default=500)
 JOBS_ADMIN_ACTION_MAX: int = env.int("JOBS_ADMIN_ACTION_MAX", default=50_000)
-# Worker reports for the admin overview (observability.worker_report): each
+# Worker reports for the admin overview (jobs.telemetry.worker_report): each
 # worker's main process writes its children's RSS and recycles to Redis
 # every INTERVAL seconds (0 turns it off); a report expires after 3 intervals.
 JOBS_WORKER_REPORT_INTERVAL: float = env.float("JOBS_WORKER_REPORT_INTERVAL", default=5.0)

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.utils.html import escape
@@ -120,7 +121,6 @@ def trace_url(trace_id: str) -> str:
 
 def trace_ui_url() -> str:
     """The trace UI's home: scheme and host of JOBS_TRACE_URL_TEMPLATE, or ""."""
-    from urllib.parse import urlsplit
 
     template = settings.JOBS_TRACE_URL_TEMPLATE
     if not template:

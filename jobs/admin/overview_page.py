@@ -8,7 +8,7 @@ from django.conf import settings
 
 from jobs import overview
 from jobs.admin import charts, display
-from jobs.events import RecycleReason
+from jobs.reasons import RecycleReason
 
 
 def _node(hostname: str) -> str:

@@ -30,6 +30,7 @@ from jobs.errors import (
 from jobs.jsonsafe import printable
 from jobs.kinds import kind_names
 from jobs.models import Job
+from jobs.reasons import RejectReason
 
 
 class LengthRequired(exceptions.APIException):
@@ -115,16 +116,16 @@ _FIELD_BY_STATUS = {
 }
 
 
-def _rejection_reason(exc: Exception, status_code: int) -> str:
+def _rejection_reason(exc: Exception, status_code: int) -> RejectReason:
     if isinstance(exc, QueueFull):
-        return "queue_full"
+        return RejectReason.QUEUE_FULL
     if isinstance(exc, IdempotencyConflict):
-        return "conflict"
+        return RejectReason.CONFLICT
     if status_code == status.HTTP_413_REQUEST_ENTITY_TOO_LARGE:
-        return "too_large"
+        return RejectReason.TOO_LARGE
     if status_code in (status.HTTP_401_UNAUTHORIZED, status.HTTP_403_FORBIDDEN):
-        return "unauthenticated"
-    return "invalid"
+        return RejectReason.UNAUTHENTICATED
+    return RejectReason.INVALID
 
 
 def _record_rejection(exc: Exception, context: dict, status_code: int) -> None:

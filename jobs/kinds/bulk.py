@@ -19,8 +19,11 @@ from typing import Any
 
 from rest_framework import serializers
 
+from jobs import selectors, services
+from jobs.errors import InvalidTransition
 from jobs.kinds.base import AttemptContext, Kind, PermanentError
 from jobs.kinds.registry import register
+from jobs.models import Job
 from jobs.policy import Policy
 
 BULK_ACTIONS = ("cancel", "requeue", "retry_now")
@@ -50,10 +53,6 @@ class BulkAction(Kind):
     policy = Policy(max_attempts=3, soft_time_limit=120, hard_time_limit=180)
 
     def run(self, payload: dict[str, Any], ctx: AttemptContext) -> Any:
-        from jobs import selectors, services
-        from jobs.errors import InvalidTransition
-        from jobs.models import Job
-
         actor = selectors.job_creator(job_id=ctx.job_id)
         if actor is None or not (
             actor.is_active and actor.is_staff and actor.has_perm("jobs.change_job")

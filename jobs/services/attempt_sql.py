@@ -29,6 +29,7 @@ databases always take the general path.
 from __future__ import annotations
 
 import json
+import sqlite3
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -65,8 +66,6 @@ def enabled() -> bool:
     if connection.vendor == "postgresql":
         return True
     if connection.vendor == "sqlite":
-        import sqlite3
-
         return sqlite3.sqlite_version_info >= SQLITE_RETURNING
     return False
 

@@ -15,6 +15,7 @@ from jobs import budget, clock, events, waiting
 from jobs.kinds import policy_for
 from jobs.models import Attempt, AttemptOutcome, DeadReason, Job, JobStatus
 from jobs.policy import Policy
+from jobs.reasons import DropReason
 from jobs.services import attempt_sql
 from jobs.services.attempt_close import job_completed, log_budget_exhausted, savepoint_if_nested
 from jobs.services.records import StartedAttempt
@@ -121,7 +122,7 @@ def attempt_start(
         job.deliveries += 1
         job.save(update_fields=["deliveries"])
         if job.is_terminal:
-            _dropped(job, attempt, "terminal")
+            _dropped(job, attempt, DropReason.TERMINAL)
             return None
         number: int | None = None
         if job.status == JobStatus.QUEUED and job.attempts_made == attempt - 1:
@@ -136,7 +137,7 @@ def attempt_start(
             if previous is None or not _attempt_provably_over(
                 previous, job, now=now, hostname=hostname
             ):
-                _dropped(job, attempt, "live")
+                _dropped(job, attempt, DropReason.LIVE)
                 return None
             record_worker_lost(
                 job,
@@ -148,10 +149,10 @@ def attempt_start(
             if job.status == JobStatus.QUEUED:
                 number = job.attempts_made + 1
         if number is None:
-            _dropped(job, attempt, "stale")
+            _dropped(job, attempt, DropReason.STALE)
             return None
         if number > 1 and _held_by_retry_budget(job, number, now=now):
-            _dropped(job, attempt, "budget")
+            _dropped(job, attempt, DropReason.BUDGET)
             return None
         policy = policy_for(job.kind)
         # Never before the enqueue it runs from (stamped by another host's

@@ -25,11 +25,13 @@ from django.conf import settings
 from django.db import transaction
 
 from jobs import selectors, waiting
+from jobs.broker import broker_client
 from jobs.errors import InvalidTransition
 from jobs.models import Job, JobStatus
 from jobs.services.attempt_close import job_completed
 from jobs.services.audit import job_action_record
 from jobs.services.submission import job_publish
+from jobs.supervisor import cancel_key
 
 logger = logging.getLogger(__name__)
 
@@ -76,8 +78,6 @@ def job_cancel(*, job_id: uuid.UUID | str, actor: Any = None, via: str = "API") 
 
 
 def _signal_cancel(job_id: uuid.UUID) -> None:
-    from jobs.broker import broker_client
-    from jobs.supervisor import cancel_key
 
     try:
         broker_client().set(cancel_key(job_id), "1", ex=settings.JOBS_CANCEL_TTL)

@@ -17,7 +17,8 @@ from django.db.models import QuerySet, sql
 from django.db.models.functions import Now
 from rest_framework.exceptions import ValidationError
 
-from jobs import broker, clock, events, selectors, waiting
+from config.celery_app import app
+from jobs import broker, clock, events, selectors, task_names, waiting
 from jobs.db import close_connections, is_unavailable
 from jobs.errors import IdempotencyConflict, InvalidSubmission, QueueFull
 from jobs.jsonsafe import json_problem
@@ -359,8 +360,6 @@ def _send(job: Job, *, stamped_at: datetime) -> bool:
     Returns False (logged, the outbox count forgotten) when the broker is
     known unreachable or refuses; never raises for a broker outage.
     """
-    from jobs.tasks import run_attempt_task
-
     attempt = job.attempts_made + 1
     policy = policy_for(job.kind)
     if broker.recently_unreachable():
@@ -372,7 +371,7 @@ def _send(job: Job, *, stamped_at: datetime) -> bool:
     try:
         # In the submitting request's trace, whoever publishes (API or scheduler).
         with tracing.in_trace(job.trace_parent):
-            run_attempt_task.apply_async(
+            app.tasks[task_names.RUN_ATTEMPT].apply_async(
                 args=[str(job.id), attempt],
                 queue=job.queue,
                 priority=job.priority,

@@ -78,7 +78,7 @@ def chromium_path() -> str:
 
 @pytest.fixture(scope="session")
 def browser(chromium_path: str) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - optional dependency (Playwright, e2e only)
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)

@@ -172,8 +172,8 @@ def fuzz_schema(
 
     `headers` go with every request (e.g. what a reverse proxy would add).
     """
-    import schemathesis
-    from schemathesis import GenerationMode
+    import schemathesis  # noqa: PLC0415 - import cost: schemathesis only for the fuzz tests
+    from schemathesis import GenerationMode  # noqa: PLC0415 - import cost: schemathesis only for the fuzz tests
 
     schema = schemathesis.openapi.from_url(
         f"{base_url}/api/schema/", timeout=HTTP_TIMEOUT, headers=headers or {}
@@ -218,7 +218,7 @@ def _schema_run(
 
 
 def _seeded(run: Any, seed: int | None) -> Any:
-    from hypothesis import seed as hypothesis_seed
+    from hypothesis import seed as hypothesis_seed  # noqa: PLC0415 - import cost: hypothesis only for the fuzz tests
 
     return run if seed is None else hypothesis_seed(seed)(run)
 

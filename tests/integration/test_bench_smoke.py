@@ -44,6 +44,7 @@ def median_of(out: str, bench: str, variant: str) -> float:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_quick_p1_p2_print_numbers_and_verdicts() -> None:
     out = run_bench("p1", "p2", "--db", "postgres", timeout=110)
     for variant in ("platform-pg", "stock-tracked", "stock-defaults"):

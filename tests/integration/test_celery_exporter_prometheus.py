@@ -149,6 +149,7 @@ def alert_states(prometheus: PrometheusServer, name: str) -> set[str]:
 
 @pytest.mark.integration
 @pytest.mark.timeout(420)
+@pytest.mark.slow
 def test_celery_exporter_queries_and_alerts_tell_the_storm_as_the_database_does(
     obs: Observed,
 ) -> None:

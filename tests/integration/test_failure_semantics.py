@@ -110,6 +110,7 @@ def submit_many(platform: Platform, kind: str, payload: dict, count: int) -> lis
 
 @pytest.mark.integration
 @pytest.mark.timeout(600)
+@pytest.mark.slow
 def test_sigkilled_children_lose_only_their_attempts_and_all_jobs_succeed(
     platform_factory: Callable[..., Platform],
 ) -> None:

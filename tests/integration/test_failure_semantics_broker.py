@@ -40,6 +40,7 @@ class Answer:
 
 @pytest.mark.integration
 @pytest.mark.timeout(600)
+@pytest.mark.slow
 def test_redis_restart_during_submission_costs_no_5xx_and_no_job(
     platform_factory: Callable[..., Platform],
 ) -> None:

@@ -40,6 +40,7 @@ def running_attempts(platform: Platform) -> int:
 
 @pytest.mark.integration
 @pytest.mark.timeout(600)
+@pytest.mark.slow
 def test_sigterm_mid_load_loses_nothing_and_runs_nothing_twice(
     platform_factory: Callable[..., Platform],
 ) -> None:
@@ -105,6 +106,7 @@ def registered_kinds() -> list[str]:
 
 @pytest.mark.integration
 @pytest.mark.timeout(600)
+@pytest.mark.slow
 def test_sigkilled_worker_main_repeats_only_interrupted_attempts(
     platform_factory: Callable[..., Platform],
 ) -> None:

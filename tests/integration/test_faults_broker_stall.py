@@ -107,6 +107,7 @@ def _ping(control: Celery) -> bool:
 
 @pytest.mark.integration
 @pytest.mark.timeout(480)
+@pytest.mark.slow
 def test_stalled_broker_is_detected_on_every_connection_and_work_resumes(
     platform_factory: Callable[..., Platform],
 ) -> None:

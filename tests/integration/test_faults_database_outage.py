@@ -103,6 +103,7 @@ def private_postgres(monkeypatch: pytest.MonkeyPatch) -> Iterator[PostgresServer
 
 @pytest.mark.integration
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_server_stopped_during_submissions_every_job_taken_once_and_run_once(
     private_postgres: PostgresServer, platform_factory: Callable[..., Platform]
 ) -> None:

@@ -30,6 +30,7 @@ def redis_server() -> Iterator[RedisServer]:
     server.stop()
 
 
+@pytest.mark.slow
 def test_jobs_storm_smoke_exits_0_with_table_and_png(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:

@@ -69,6 +69,7 @@ def _settled(platform: Platform, *, retrying: int, succeeded: int) -> bool:
 
 @pytest.mark.integration
 @pytest.mark.timeout(900)
+@pytest.mark.slow
 def test_worker_holds_no_pending_retries_and_stays_flat(
     platform_factory: Callable[..., Platform],
 ) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.integration.harness import HTTP_TIMEOUT, Platform
+from tests.integration.harness import HTTP_TIMEOUT, Platform, PlatformFactory, require_postgres
 
 TOKEN_RATE, ADDRESS_RATE = 30, 20  # per minute, below
 PASSWORD = "the-right-password-1"
@@ -32,7 +32,6 @@ PASSWORD = "the-right-password-1"
 
 @pytest.fixture(scope="module")
 def limited(_logroot: Any) -> Iterator[tuple[Platform, dict[str, str]]]:
-    from tests.integration.harness import PlatformFactory, require_postgres
 
     require_postgres()
     factory = PlatformFactory(logroot=_logroot)

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import requests
+from celery import Celery
 
 from devstack.processes import Process
 from devstack.services import free_port, wait_for
@@ -227,7 +228,6 @@ def test_succeeded_counter_stays_flat_while_every_attempt_fails(fp: FlowerPlatfo
 def test_attempts_ended_from_outside_and_dropped_deliveries_get_their_states(
     fp: FlowerPlatform,
 ) -> None:
-    from celery import Celery
 
     platform = fp.platform
     # given a job whose two attempts hit the hard time limit (recorded by the worker's main

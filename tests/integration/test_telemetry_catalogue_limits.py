@@ -276,6 +276,7 @@ def _retries_per_window(platform: Platform, window: float) -> dict[int, int]:
     "jobs_retry_budget_used",
     "jobs_retry_budget_limit",
 )
+@pytest.mark.slow
 def test_retry_budget_bounds_retries_per_window_deferred_then_dead(
     platform_factory: Callable[..., Platform],
 ) -> None:

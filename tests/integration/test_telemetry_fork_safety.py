@@ -65,6 +65,7 @@ def fork_safety_platform(
 @pytest.mark.integration
 @pytest.mark.timeout(600)
 @covers("jobs_worker_child_attempts_total")
+@pytest.mark.slow
 def test_recycling_children_beside_a_slow_otlp_exporter_wedges_none(
     platform_factory: Callable[..., Platform],
 ) -> None:

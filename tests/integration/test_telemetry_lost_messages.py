@@ -212,6 +212,7 @@ def test_flushed_broker_with_the_same_run_id_loses_no_queued_job(
 
 @pytest.mark.integration
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_jobs_waiting_in_a_long_queue_are_never_republished(
     platform_factory: Callable[..., Platform],
 ) -> None:

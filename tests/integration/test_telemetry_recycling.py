@@ -120,6 +120,7 @@ class Scraper(threading.Thread):
     "jobs", [pytest.param(200, id="200"), pytest.param(JOBS, id="2000", marks=pytest.mark.soak)]
 )
 @covers("jobs_completed_total")
+@pytest.mark.slow
 def test_two_thousand_recycled_children_keep_totals_exact_files_few_scrapes_fast(
     jobs: int,
     platform_factory: Callable[..., Platform],

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from devstack.processes import Process
 from devstack.services import wait_for
+from observability.multiproc import CompactingMultiProcessCollector
 from tests.integration.harness import Platform
 from tests.integration.telemetry import Samples
 from tests.integration.test_failure_semantics import attempts, status_counts
@@ -51,7 +52,6 @@ def shutdown_platform(
 
 def worker_files_samples(platform: Platform) -> Samples:
     """Every worker's counters, read from their metrics files (also after the worker exited)."""
-    from observability.multiproc import CompactingMultiProcessCollector
 
     root = Path(platform.stack.env["JOBS_METRICS_DIR"])
     samples = Samples()
@@ -106,6 +106,7 @@ def test_cold_shutdown_of_an_idle_worker_exits_within_seconds(
     [(signal.SIGQUIT,), (signal.SIGTERM, signal.SIGTERM)],
     ids=["sigquit", "second-sigterm"],
 )
+@pytest.mark.slow
 def test_cold_shutdown_of_a_busy_worker_exits_within_seconds_and_records_interrupted(
     platform_factory: Callable[..., Platform], signals: tuple[signal.Signals, ...]
 ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -17,13 +18,24 @@ from typing import Any
 
 import pytest
 import redis
+from django.contrib.auth import get_user_model
 from django.test import override_settings
 from django.utils import timezone
+from kombu import Connection
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 
+from config.celery_app import app
 from devstack import netns
 from devstack.rebinding_dns import RebindingResolver
 from devstack.receiver import WebhookReceiver
 from devstack.services import RedisServer, free_port
+from jobs import broker
+from jobs.broker_transport import Transport, UnavailableIsDisconnect
+from jobs.kinds import AttemptContext
+from jobs.kinds.csv_summary import CsvSummary
+from jobs.kinds.webhook import WebhookDeliver
+from jobs.models import Attempt, Job, JobStatus
 from tests.unit.ssrf_hosts import SsrfHosts, ssrf_hosts_started
 
 SHARED_REDIS_PORT = 6379
@@ -32,7 +44,6 @@ SHARED_REDIS_PORT = 6379
 @pytest.fixture(scope="session", autouse=True)
 def private_broker() -> Iterator[RedisServer]:
     """A redis-server we start on a spare port, set as the broker for every test."""
-    from config.celery_app import app
 
     server = RedisServer().start()
     assert server.port != SHARED_REDIS_PORT
@@ -59,7 +70,6 @@ def private_broker() -> Iterator[RedisServer]:
 @pytest.fixture(autouse=True)
 def broker_not_marked_unreachable() -> None:
     """A broker failure seen by an earlier test does not make this one skip the broker."""
-    from jobs import broker
 
     broker.mark_reachable()
 
@@ -89,7 +99,6 @@ def job_factory(db: None, user: Any) -> Callable[..., Any]:
     Submitted by `user` (the one `api_client` authenticates as) unless
     `created_by` says otherwise: the API shows a user only their own jobs.
     """
-    from jobs.models import Job, JobStatus
 
     counter = itertools.count(1)
 
@@ -112,7 +121,6 @@ def job_factory(db: None, user: Any) -> Callable[..., Any]:
 @pytest.fixture
 def attempt_factory(db: None) -> Callable[..., Any]:
     """Create Attempt rows for a job; keyword arguments override the defaults."""
-    from jobs.models import Attempt
 
     def make(job: Any, **fields: Any) -> Attempt:
         defaults: dict[str, Any] = {
@@ -129,7 +137,6 @@ def attempt_factory(db: None) -> Callable[..., Any]:
 @pytest.fixture
 def running_job(job_factory: Callable[..., Any], attempt_factory: Callable[..., Any]) -> Any:
     """A demo.flaky job in attempt 1, started by `worker@test` (pid 1), lease live."""
-    from jobs.models import JobStatus
 
     job = job_factory(
         status=JobStatus.RUNNING,
@@ -143,7 +150,6 @@ def running_job(job_factory: Callable[..., Any], attempt_factory: Callable[..., 
 
 @pytest.fixture
 def user(db: None) -> Any:
-    from django.contrib.auth import get_user_model
 
     return get_user_model().objects.create_user(username="api-user", password="not-used")
 
@@ -151,8 +157,6 @@ def user(db: None) -> Any:
 @pytest.fixture
 def api_client(user: Any) -> Any:
     """A DRF APIClient sending the user's token."""
-    from rest_framework.authtoken.models import Token
-    from rest_framework.test import APIClient
 
     token = Token.objects.create(user=user)
     client = APIClient()
@@ -177,9 +181,6 @@ def csv_root(tmp_path: Any, settings: Any) -> Any:
 @pytest.fixture
 def attempt_context() -> Callable[..., Any]:
     """Build an AttemptContext; `soft_in`/`hard_in` are seconds from now."""
-    import time
-
-    from jobs.kinds import AttemptContext
 
     def make(*, soft_in: float = 30.0, hard_in: float = 45.0, attempt: int = 1) -> AttemptContext:
         now = time.monotonic()
@@ -200,7 +201,6 @@ def deliver(receiver: Any, attempt_context: Callable[..., Any]) -> Callable[...,
     """deliver(path, **payload) -> (ctx, result) of one WebhookDeliver.run."""
 
     def run(path: str, *, attempt: int = 1, **payload: Any) -> tuple[Any, Any]:
-        from jobs.kinds.webhook import WebhookDeliver
 
         kind = WebhookDeliver()
         validated = kind.validate_payload({"url": receiver.url(path), **payload})
@@ -219,7 +219,6 @@ def summarise_file(
     def run(text: str, *, name: str = "data.csv", **payload: Any) -> dict[str, Any]:
         path = csv_root / name
         path.write_text(text, encoding="utf-8")
-        from jobs.kinds.csv_summary import CsvSummary
 
         kind = CsvSummary()
         validated = kind.validate_payload({"source": str(path), **payload})
@@ -265,9 +264,6 @@ def demote(role_admin: redis.Redis) -> Callable[[], None]:
 @pytest.fixture
 def transport_client(role_redis: RedisServer) -> Iterator[redis.Redis]:
     """The redis-py client of a channel of our broker transport (what the worker's consumer uses)."""
-    from kombu import Connection
-
-    from jobs.broker_transport import Transport, UnavailableIsDisconnect
 
     with Connection(role_redis.url, transport=Transport) as connection:
         channel = connection.default_channel

@@ -68,7 +68,7 @@ class SlowNetrcFinder(importlib.abc.MetaPathFinder):
 
 
 def span() -> Any:
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415 - the scenario's order: imported before or after the fork it tests
 
     ended = TracerProvider().get_tracer("fork-scenario").start_span("job.attempt demo")
     ended.end()
@@ -79,7 +79,7 @@ def thread_work() -> None:
     section = fork_gate.section("scenario") if mode == "gated" else contextlib.nullcontext()
     with section:
         if scenario == "otlp-netrc":
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # noqa: PLC0415 - the scenario's order: imported before or after the fork it tests
 
             OTLPSpanExporter(endpoint=f"{receiver}/slow", timeout=10).export([span()])
         else:
@@ -90,7 +90,7 @@ def thread_work() -> None:
 
 def child() -> None:
     if scenario == "otlp-netrc":
-        import requests
+        import requests  # noqa: PLC0415 - the scenario's order: imported before or after the fork it tests
 
         requests.post(f"{receiver}/ok", json={"attempt": 1}, timeout=5).raise_for_status()
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from jobs.admin import actions
-from jobs.kinds import get_kind
+from jobs.kinds import AttemptContext, get_kind
 from jobs.kinds.base import PermanentError
 from jobs.models import DeadReason, Job, JobStatus
 
@@ -136,9 +137,6 @@ def test_bulk_action_refuses_a_submitter_without_change_permission(
 
 
 def _ctx(job: Job) -> Any:
-    import time
-
-    from jobs.kinds import AttemptContext
 
     return AttemptContext(
         job_id=job.id,

@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
 from jobs.admin.listing import search_jobs
 from jobs.models import DeadReason, Job, JobStatus
@@ -129,7 +130,6 @@ def test_admin_date_hierarchy_drills_down_by_year_and_month(
 
 
 def test_admin_action_on_unknown_job_is_404(admin_client: Client) -> None:
-    from django.urls import reverse
 
     for job_id in ("not-a-uuid", "00000000-0000-0000-0000-000000000000"):
         response = admin_client.post(reverse("admin:jobs_job_act", args=[job_id, "cancel"]))

@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from jobs import broker
+from jobs.checks import MAX_JSON_DEPTH
 from jobs.models import Job
 
 pytestmark = pytest.mark.django_db
@@ -150,7 +152,6 @@ def test_api_submit_at_the_highest_allowed_depth_limit_round_trips(
     api_client: APIClient, settings: Any
 ) -> None:
     # given the largest JOBS_JSON_MAX_DEPTH that jobs.E003 allows
-    from jobs.checks import MAX_JSON_DEPTH
 
     settings.JOBS_JSON_MAX_DEPTH = MAX_JSON_DEPTH
     arrays = MAX_JSON_DEPTH - 2
@@ -285,7 +286,6 @@ def test_api_submit_survives_a_broker_client_failure(
     api_client: APIClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given a broker client that fails in an unexpected way while counting the queue
-    from jobs import broker
 
     def broken(queues: list[str]) -> dict[str, int]:
         raise AttributeError("'NoneType' object has no attribute 'readline'")

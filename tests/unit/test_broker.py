@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 import redis
+from celery import Celery
 
 from devstack.services import free_port
 from jobs import broker, selectors
 from jobs.models import JobStatus
+from jobs.tasks import run_attempt_task
 
 
 def test_broker_queue_keys_cover_every_priority_step() -> None:
@@ -48,7 +50,6 @@ def test_broker_ready_counts_sums_all_sub_queues(broker_redis: redis.Redis) -> N
 def test_broker_ready_counts_messages_celery_published_with_priorities(
     broker_redis: redis.Redis,
 ) -> None:
-    from jobs.tasks import run_attempt_task
 
     # given messages published by Celery itself, with and without priority
     for priority in (None, 0, 4, 9):
@@ -109,9 +110,6 @@ def test_queue_max_ready_per_queue_override(settings: Any) -> None:
 def test_publish_uses_our_app_even_when_another_celery_app_is_current(
     broker_redis: redis.Redis,
 ) -> None:
-    from celery import Celery
-
-    from jobs.tasks import run_attempt_task
 
     # given another Celery app made in this process, which becomes the current app
     Celery("someone-else", broker=f"redis://127.0.0.1:{free_port()}/0")

@@ -1,4 +1,4 @@
-"""observability.collectors.QueueDepthCollector: what the web and the scheduler serve of the queues."""
+"""jobs.telemetry.collectors.QueueDepthCollector: what the web and the scheduler serve of the queues."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.utils import timezone
 from prometheus_client import CollectorRegistry
 
 from devstack.services import free_port
-from observability.collectors import QueueDepthCollector
+from jobs.telemetry.collectors import QueueDepthCollector
 
 
 def _registry(collector: QueueDepthCollector) -> CollectorRegistry:

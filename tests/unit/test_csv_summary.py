@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -182,7 +183,6 @@ def test_csv_summary_missing_file_is_permanent(
 
 
 def test_csv_summary_result_is_json_serialisable(summarise_file: Callable[..., Any]) -> None:
-    import json
 
     result = summarise_file(SMALL_CSV)
 
@@ -194,7 +194,6 @@ def test_csv_summary_result_is_json_serialisable(summarise_file: Callable[..., A
 # column then rejects the result. Fix: track the mean incrementally
 # (mean += (x - mean) / n) or report None when the total is not finite.
 def test_csv_summary_huge_values_result_is_strict_json(summarise_file: Callable[..., Any]) -> None:
-    import json
 
     result = summarise_file("x\n1e308\n1e308\n")
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from devstack.services import free_port
 from jobs.kinds import PermanentError, RetryableError
 from jobs.kinds.csv_summary import MAX_REDIRECTS, CsvSummary
 from tests.unit.ssrf_hosts import PUBLIC_ADDRESS, SsrfHosts
@@ -124,7 +125,6 @@ def test_csv_summary_url_http_errors_classified(
 def test_csv_summary_url_connection_refused_is_retryable(
     attempt_context: Callable[..., Any],
 ) -> None:
-    from devstack.services import free_port
 
     kind = CsvSummary()
     payload = kind.validate_payload({"source": f"http://127.0.0.1:{free_port()}/x.csv"})

@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 from rest_framework.exceptions import ValidationError
 
+from jobs.errors import InvalidSubmission
 from jobs.kinds import PermanentError, get_kind
 from jobs.kinds.csv_summary import CsvSummary
+from jobs.services import job_submit
 
 # --- path restriction (validated at submit time) -----------------------------
 
@@ -117,8 +119,6 @@ def test_csv_summary_symlink_to_directory_rejected(csv_root: Path) -> None:
 
 @pytest.mark.django_db
 def test_csv_summary_directory_reported_as_payload_source(csv_root: Path) -> None:
-    from jobs.errors import InvalidSubmission
-    from jobs.services import job_submit
 
     with pytest.raises(InvalidSubmission) as info:
         job_submit(kind="report.csv_summary", payload={"source": str(csv_root)})

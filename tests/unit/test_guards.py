@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import ast
 import io
+import platform
 import subprocess
 import sys
 import sysconfig
 import tokenize
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -114,7 +116,6 @@ def _stdlib_dir() -> Path:
 
 
 def test_guard_platform_module_is_the_stdlib_one() -> None:
-    import platform
 
     path = Path(platform.__file__).resolve()
 
@@ -151,7 +152,6 @@ def test_guard_no_importable_package_named_platform(path: str) -> None:
 
 
 def test_guard_pytest_uses_importlib_import_mode() -> None:
-    import tomllib
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import inspect
 import threading
+import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import billiard.pool
 import pytest
+from prometheus_client.mmap_dict import MmapedDict, mmap_key
 
-from jobs import memory_guard, memory_startup
+from jobs import memory_guard, memory_startup, services
 from jobs.decisions import Action, decide
 from jobs.kinds import AttemptContext, Kind
 from jobs.models import AttemptOutcome, DeadReason
 from jobs.policy import Policy
 from jobs.runner import MEMORY_LIMIT_ERROR, run_kind
+from jobs.services import AttemptReport
 from jobs.supervisor import supervisor
-from observability import memory
+from observability import memory, multiproc, worker_info
 
 MIB = 1024 * 1024
 
@@ -85,8 +89,6 @@ def test_decide_memory_limit_is_dead_with_its_reason_unless_the_kind_retries_it(
 
 
 def _context() -> AttemptContext:
-    import time
-    import uuid
 
     now = time.monotonic()
     return AttemptContext(
@@ -192,8 +194,6 @@ def test_install_recycle_measure_makes_billiard_read_owned_kib(monkeypatch: Any)
 
 @pytest.mark.django_db
 def test_attempt_memory_limit_end_reads_back_the_recorded_decision(running_job: Any) -> None:
-    from jobs import services
-    from jobs.services import AttemptReport
 
     pid = running_job.attempts.get().worker_pid
     # given the child recorded its attempt memory_limit before it exited
@@ -223,9 +223,6 @@ def test_attempt_memory_limit_end_reads_back_the_recorded_decision(running_job: 
 
 
 def test_owned_by_pid_reads_each_childs_gauge_file(tmp_path: Any, monkeypatch: Any) -> None:
-    from prometheus_client.mmap_dict import MmapedDict, mmap_key
-
-    from observability import multiproc, worker_info
 
     # given two children's gauge files, one also holding another gauge
     for pid, owned in ((101, 5 * MIB), (102, 7 * MIB)):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import observability
+from observability import tracing
 
 
 def test_start_refuses_an_unknown_role_by_name() -> None:
@@ -14,7 +15,6 @@ def test_start_refuses_an_unknown_role_by_name() -> None:
 
 def test_every_role_starts_without_an_exporter(settings: object) -> None:
     # With no exporter configured (the test settings) no tracer provider is installed.
-    from observability import tracing
 
     for role in ("web", "scheduler", "worker"):
         observability.start(role, hostname="w@h")

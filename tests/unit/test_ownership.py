@@ -11,11 +11,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import AnonymousUser, Permission, User
 
 from jobs import ownership, selectors, services
 from jobs.errors import ActionNotPermitted, JobNotFound
 from jobs.models import DeadReason, Job, JobStatus
+from jobs.security_checks import check_job_visibility
 
 pytestmark = pytest.mark.django_db
 
@@ -76,7 +77,6 @@ def test_job_list_shows_each_user_their_own_jobs(
 def test_job_list_and_get_show_nothing_to_an_anonymous_user(
     job_factory: Callable[..., Job],
 ) -> None:
-    from django.contrib.auth.models import AnonymousUser
 
     job = job_factory(created_by=None)
 
@@ -174,7 +174,6 @@ def test_a_job_without_submitter_belongs_to_nobody(
 
 
 def test_unknown_visibility_is_a_startup_error(settings: Any) -> None:
-    from jobs.security_checks import check_job_visibility
 
     settings.JOBS_JOB_VISIBILITY = "everyone"
 

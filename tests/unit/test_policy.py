@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from jobs.kinds import policy_for
 from jobs.policy import Policy
 
 
@@ -155,7 +156,6 @@ def test_policy_is_frozen() -> None:
 
 
 def test_policy_for_applies_settings_overrides(settings) -> None:
-    from jobs.kinds import policy_for
 
     settings.JOBS_KIND_OVERRIDES = {"demo.flaky": {"max_attempts": 2, "backoff_base": 0.1}}
 
@@ -165,7 +165,6 @@ def test_policy_for_applies_settings_overrides(settings) -> None:
 
 
 def test_policy_for_invalid_override_raises(settings) -> None:
-    from jobs.kinds import policy_for
 
     settings.JOBS_KIND_OVERRIDES = {"demo.flaky": {"max_tries": 2}}
 

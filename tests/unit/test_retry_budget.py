@@ -7,14 +7,19 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import redis
+from django.utils import timezone
 
 from devstack.services import RedisServer, free_port
-from jobs import budget
+from jobs import budget, services
 from jobs.budget import BudgetConfig
+from jobs.models import AttemptOutcome, DeadReason, Job, JobStatus
+from jobs.services import AttemptReport
+from jobs.waiting import WaitingReason
 
 W = 60.0
 # Start of a window, far from "now" so nothing else shares its keys.
@@ -180,10 +185,6 @@ def test_attempt_finish_over_budget_defers_then_dead_budget(
     client: redis.Redis,
     one_statement: bool,
 ) -> None:
-    from jobs import services
-    from jobs.models import AttemptOutcome, DeadReason, Job, JobStatus
-    from jobs.services import AttemptReport
-    from jobs.waiting import WaitingReason
 
     # given a budget of one retry per window (floor 1, ratio 0), at most one window of deferral,
     # with a window length (~1 h) chosen so that now is 30% into its window whatever the clock
@@ -247,12 +248,6 @@ def test_a_retry_that_waited_into_a_full_window_is_held_at_its_start(
     settings: Any,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from jobs import services
-    from jobs.models import AttemptOutcome, JobStatus
 
     # given one retry per ~10 s window (ratio 0, floor 1; now 30% into its window, so both
     # starts fall in it), and two jobs whose retry was due 31 s ago (a window long gone:

@@ -18,6 +18,7 @@ from jobs.kinds import AttemptContext, Kind, PermanentError, RetryableError
 from jobs.models import AttemptOutcome
 from jobs.policy import Policy
 from jobs.runner import execute_attempt, run_kind
+from jobs.supervisor import cancel_key
 
 POLICY = Policy(soft_time_limit=30, hard_time_limit=45)
 
@@ -252,7 +253,6 @@ def test_run_kind_flag_ignoring_kind_is_aborted_as_soft_timeout(
 def test_run_kind_cancel_request_in_redis_cancels_attempt(
     attempt_context: Callable[..., Any], broker_redis: Any
 ) -> None:
-    from jobs.supervisor import cancel_key
 
     # given a running attempt whose job is cancelled through the broker
     ctx = attempt_context()

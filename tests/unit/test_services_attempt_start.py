@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -17,6 +18,7 @@ from jobs import services
 from jobs.kinds import policy_for
 from jobs.models import AttemptOutcome, DeadReason, Job, JobStatus
 from jobs.runner import execute_attempt
+from jobs.tasks import record_hard_time_limit
 
 pytestmark = pytest.mark.django_db
 
@@ -86,7 +88,6 @@ def test_attempt_start_never_reads_before_the_enqueue_it_ran_from(
 
 
 def test_attempt_start_missing_job_is_dropped() -> None:
-    import uuid
 
     assert (
         services.attempt_start(job_id=uuid.uuid4(), attempt=1, hostname=HOST, pid=1, rss_bytes=None)
@@ -298,7 +299,6 @@ def test_execute_attempt_redelivery_after_worker_loss_finishes_new_attempt(
 def test_hard_timeout_after_redelivery_records_the_running_attempt(
     job_factory: Callable[..., Any], attempt_factory: Callable[..., Any]
 ) -> None:
-    from jobs.tasks import record_hard_time_limit
 
     # given the message for attempt 1 redelivered after a worker loss, now running attempt 2
     job = job_factory(

@@ -15,6 +15,7 @@ from devstack.services import RedisServer, wait_for
 from jobs import broker, services
 from jobs.errors import InvalidTransition
 from jobs.models import AttemptOutcome, DeadReason, Job, JobStatus
+from jobs.supervisor import cancel_key
 
 pytestmark = pytest.mark.django_db
 
@@ -213,7 +214,6 @@ def test_job_cancel_running_job_signals_the_attempt(
     broker_redis: redis.Redis,
     django_capture_on_commit_callbacks: Callable[..., Any],
 ) -> None:
-    from jobs.supervisor import cancel_key
 
     with django_capture_on_commit_callbacks(execute=True):
         services.job_cancel(job_id=running_job.id)

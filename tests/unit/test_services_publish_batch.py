@@ -11,6 +11,8 @@ import redis
 
 from jobs import services
 from jobs.models import Job, JobStatus
+from jobs.services import submission
+from jobs.tasks import run_attempt_task
 
 
 def _messages(client: redis.Redis, queue: str = "default") -> list[dict[str, Any]]:
@@ -50,7 +52,6 @@ def test_jobs_publish_stops_at_a_refused_publish_and_leaves_the_rest_to_the_swee
     broker_redis: redis.Redis, job_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given a broker that takes one message, then refuses
-    from jobs.tasks import run_attempt_task
 
     jobs = [job_factory() for _ in range(3)]
     sent: list[str] = []
@@ -76,7 +77,6 @@ def test_jobs_publish_stops_at_a_refused_publish_and_leaves_the_rest_to_the_swee
 def test_jobs_publish_skips_a_job_it_cannot_build_and_stamps_what_it_published(
     broker_redis: redis.Redis, job_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from jobs.services import submission
 
     # given a batch whose second job's kind is no longer registered
     jobs = [job_factory(), job_factory(kind="removed.kind"), job_factory()]

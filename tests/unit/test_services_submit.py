@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 import redis
 
+from devstack.services import free_port
 from jobs import services
+from jobs.broker import queue_keys
 from jobs.errors import IdempotencyConflict, InvalidSubmission, QueueFull
 from jobs.models import Job, JobStatus
 
@@ -217,7 +219,6 @@ def test_job_submit_full_queue_raises_queue_full_and_writes_nothing(
     settings: Any, broker_redis: redis.Redis
 ) -> None:
     # given a queue limit of 3 and 3 ready messages, one in a priority sub-queue
-    from jobs.broker import queue_keys
 
     settings.JOBS_QUEUE_MAX_READY = 3
     settings.JOBS_BACKPRESSURE_RETRY_AFTER = 7
@@ -267,7 +268,6 @@ def test_job_submit_idempotent_repeat_allowed_when_queue_full(
 
 
 def test_job_submit_broker_down_still_accepts(settings: Any) -> None:
-    from devstack.services import free_port
 
     settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{free_port()}/0"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Iterator
@@ -99,7 +100,6 @@ def test_a_span_claimed_by_a_child_that_died_is_taken_over(tmp_path: Path) -> No
         "events": [],
         "status": ["ERROR", "worker_lost"],
     }
-    import json
 
     dead_pid = 2**22 + 12345
     assert not os.path.exists(f"/proc/{dead_pid}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,7 +15,6 @@ from jobs.supervisor import SOFT_LIMIT_SIGNAL, guard_soft_limit_signal, supervis
 
 @pytest.fixture
 def guarded() -> Iterator[None]:
-    import signal
 
     previous = signal.getsignal(SOFT_LIMIT_SIGNAL)
     guard_soft_limit_signal()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import pickle
 from datetime import UTC, datetime
 
@@ -204,7 +205,6 @@ def test_cancelled_is_revoked_and_dropped_or_overtaken_is_ignored() -> None:
 def test_celery_request_still_has_the_hooks_attempt_request_relies_on() -> None:
     # jobs.tasks.AttemptRequest requeues a lost child's message through the
     # consumer's reject hook and overrides these handlers: fail loudly on upgrade.
-    import inspect
 
     for name in ("on_failure", "on_timeout", "send_event", "acknowledge", "reject"):
         assert callable(getattr(Request, name)), name

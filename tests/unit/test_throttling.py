@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 
 from jobs.api.throttling import client_address
 from jobs.models import RateWindow
+from jobs.security_checks import check_api_rates, check_proxies_and_lockout
 from jobs.services.rate_windows import rate_window_hit, rate_window_hits
 
 pytestmark = pytest.mark.django_db
@@ -148,7 +149,6 @@ def test_off_lifts_a_limit(rates: Any) -> None:
 
 @pytest.mark.parametrize("rate", ["0/s", "ten/m", "5/fortnight", "5"])
 def test_a_rate_drf_cannot_parse_is_a_startup_error(rates: Any, rate: str) -> None:
-    from jobs.security_checks import check_api_rates
 
     rates(token=rate)
 
@@ -156,7 +156,6 @@ def test_a_rate_drf_cannot_parse_is_a_startup_error(rates: Any, rate: str) -> No
 
 
 def test_a_negative_proxy_count_is_a_startup_error(settings: Any) -> None:
-    from jobs.security_checks import check_proxies_and_lockout
 
     settings.JOBS_TRUSTED_PROXY_COUNT = -1
 

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from jobs import waiting
+from jobs import services, waiting
 from jobs.budget import Reservation
 from jobs.decisions import Action, decide
 from jobs.models import AttemptOutcome, Job, JobStatus
 from jobs.policy import Policy
+from jobs.services.sweeps import retries_promote_due
 from jobs.waiting import Waiting, WaitingReason
 
 POLICY = Policy(max_attempts=6, backoff_base=1, backoff_cap=8, backoff_floor=0.5)
@@ -158,7 +159,6 @@ def _cleared(job: Job) -> bool:
 def test_waiting_cleared_when_the_scheduler_queues_the_job_again(
     held_job: Job, django_capture_on_commit_callbacks: Any
 ) -> None:
-    from jobs.services.sweeps import retries_promote_due
 
     with django_capture_on_commit_callbacks(execute=True):
         assert retries_promote_due() == 1
@@ -170,7 +170,6 @@ def test_waiting_cleared_when_the_scheduler_queues_the_job_again(
 def test_waiting_cleared_by_retry_now_and_cancel(
     held_job: Job, action: str, django_capture_on_commit_callbacks: Any
 ) -> None:
-    from jobs import services
 
     with django_capture_on_commit_callbacks(execute=True):
         getattr(services, action)(job_id=held_job.id)
@@ -181,7 +180,6 @@ def test_waiting_cleared_by_retry_now_and_cancel(
 def test_waiting_cleared_when_an_attempt_starts(
     job_factory: Callable[..., Any], resume: bool, django_capture_on_commit_callbacks: Any
 ) -> None:
-    from jobs import services
 
     # given a queued job still carrying a reason (one a later issue may give a queued job)
     job = job_factory(**HELD.fields())

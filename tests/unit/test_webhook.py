@@ -12,6 +12,7 @@ import pytest
 from rest_framework.exceptions import ValidationError
 
 from devstack.receiver import WebhookReceiver
+from devstack.services import free_port
 from jobs.kinds import PermanentError, RetryableError, get_kind
 from jobs.kinds.webhook import MAX_RETRY_AFTER_SECONDS, WebhookDeliver, parse_retry_after
 
@@ -191,7 +192,6 @@ def test_webhook_run_read_timeout_is_retryable(deliver: Callable[..., Any]) -> N
 def test_webhook_run_connection_refused_is_retryable(
     attempt_context: Callable[..., Any],
 ) -> None:
-    from devstack.services import free_port
 
     kind = WebhookDeliver()
     payload = kind.validate_payload({"url": f"http://127.0.0.1:{free_port()}/x"})

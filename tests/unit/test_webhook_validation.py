@@ -9,8 +9,10 @@ import pytest
 from rest_framework.exceptions import ValidationError
 
 from devstack.receiver import WebhookReceiver
+from jobs.errors import InvalidSubmission
 from jobs.kinds import PermanentError, get_kind, netguard
 from jobs.kinds.webhook import WebhookDeliver
+from jobs.services import job_submit
 
 # --- header validation (RFC 9110 §5.1, §5.5, §5.6.2) -------------------------
 
@@ -109,8 +111,6 @@ def test_webhook_valid_headers_accepted_and_ows_trimmed() -> None:
 
 @pytest.mark.django_db
 def test_webhook_bad_header_reported_as_payload_headers_name() -> None:
-    from jobs.errors import InvalidSubmission
-    from jobs.services import job_submit
 
     with pytest.raises(InvalidSubmission) as info:
         job_submit(
@@ -192,8 +192,6 @@ def test_webhook_literal_private_url_rejected_at_submit(restricted: None, url: s
 
 @pytest.mark.django_db
 def test_webhook_private_url_reported_as_payload_url(restricted: None) -> None:
-    from jobs.errors import InvalidSubmission
-    from jobs.services import job_submit
 
     with pytest.raises(InvalidSubmission) as info:
         job_submit(kind="webhook.deliver", payload={"url": "http://169.254.169.254/"})

@@ -9,13 +9,13 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-import observability
 from config.celery_app import app
 from config.startup import refuse_on_check_errors
 from jobs import db_deadline
 from jobs.scheduler import run_scheduler
+from jobs.telemetry import process
+from jobs.telemetry.exporters import start_scheduler_exporter
 from observability import tracing
-from observability.exporter import start_scheduler_exporter
 from observability.multiproc import activate, role_dir
 from observability.worker_monitor import WorkerMonitor
 
@@ -35,7 +35,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         refuse_on_check_errors("scheduler")
         activate(role_dir("scheduler"), wipe_first=True)
-        observability.start("scheduler")
+        process.start("scheduler")
         # A silent database must not freeze the loop (jobs.db_deadline).
         db_deadline.enable()
         # The central view of which workers are up (a dead worker cannot say so).

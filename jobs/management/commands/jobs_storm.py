@@ -65,7 +65,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         if not _source_tree():
             return  # handle() says why, in one line
-        from bench.storm.model import MB, StormConfig
+        from bench.storm.model import MB, StormConfig  # noqa: PLC0415 - bench/ is in the source tree only; handle() says so without it
 
         d = StormConfig()
         for flag, kind, help_text in OPTIONS:
@@ -98,9 +98,9 @@ class Command(BaseCommand):
             raise CommandError(
                 f"jobs_storm needs {' and '.join(missing)}: pip install -e '.[drill]'"
             )
-        from bench.storm.drill import run_drill
-        from bench.storm.model import MB, StormConfig
-        from bench.storm.report import judge, plot, table
+        from bench.storm.drill import run_drill  # noqa: PLC0415 - bench/ is in the source tree only; handle() says so without it
+        from bench.storm.model import MB, StormConfig  # noqa: PLC0415 - bench/ is in the source tree only; handle() says so without it
+        from bench.storm.report import judge, plot, table  # noqa: PLC0415 - bench/ is in the source tree only; handle() says so without it
 
         sides = (
             ("platform",)
@@ -160,14 +160,14 @@ class LiveTable:
         self.started = time.monotonic()
 
     def say(self, message: str) -> None:
-        from tqdm import tqdm
+        from tqdm import tqdm  # noqa: PLC0415 - optional dependency (tqdm, the dev extra)
 
         tqdm.write(
             f"[jobs_storm {time.monotonic() - self.started:5.1f}s] {message}", file=sys.stderr
         )
 
     def sample(self, side: str, sample: Any) -> None:
-        from tqdm import tqdm
+        from tqdm import tqdm  # noqa: PLC0415 - optional dependency (tqdm, the dev extra)
 
         if side != self.side:
             self.close()

@@ -25,7 +25,7 @@ def _in_worker_main_process() -> bool:
     if not sys.argv or not os.path.basename(sys.argv[0]).startswith("celery"):
         return False
     try:
-        from billiard.process import current_process
+        from billiard.process import current_process  # noqa: PLC0415 - this file's point: the import happens late, in a thread
 
         return current_process().name == "MainProcess"
     except Exception:

@@ -1,0 +1,72 @@
+"""Every reason vocabulary of the jobs domain, one StrEnum each.
+
+Metric labels, log lines, events and tests use these members and iterate
+these enums (jobs.telemetry.series creates each label set at 0). The values
+are Prometheus label values, read by platform/prometheus/alerts.yml and the
+Grafana dashboards: renaming one is a breaking change. Job states, attempt
+outcomes and dead reasons are the models' TextChoices (jobs.models).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from observability.memory import LeakResource
+
+__all__ = [
+    "AbortReason",
+    "DropReason",
+    "LeakResource",
+    "Limit",
+    "RecycleReason",
+    "RejectReason",
+]
+
+
+class AbortReason(StrEnum):
+    """Why the supervisor flagged, then aborted, a running attempt (jobs.supervisor.AttemptAbort)."""
+
+    SOFT_TIMEOUT = "soft_timeout"  # past the kind's soft time limit
+    CANCELLED = "cancelled"  # a cancel request
+    MEMORY_LIMIT = "memory_limit"  # past the kind's soft memory limit (jobs.memory_guard)
+
+
+class DropReason(StrEnum):
+    """Why a delivery was dropped unrun (jobs_duplicate_deliveries_total's `reason`)."""
+
+    LIVE = "live"  # another attempt of the job holds a live lease
+    TERMINAL = "terminal"  # the job already ended
+    STALE = "stale"  # the message is for an attempt other than the job's next one
+    BUDGET = "budget"  # a retry held at its start by the retry budget
+
+
+class RejectReason(StrEnum):
+    """Why a submission was refused (jobs_rejected_total's `reason`)."""
+
+    INVALID = "invalid"
+    CONFLICT = "conflict"  # idempotency key reused with another payload
+    QUEUE_FULL = "queue_full"
+    TOO_LARGE = "too_large"  # request body over the limit
+    UNAUTHENTICATED = "unauthenticated"
+
+
+class RecycleReason(StrEnum):
+    """Why a worker child was replaced (jobs_worker_children_recycled_total's `reason`)."""
+
+    MAX_TASKS = "max_tasks"  # worker_max_tasks_per_child reached
+    MAX_MEMORY = "max_memory"  # owned memory past the per-child limit after an attempt
+    MEMORY_LIMIT = "memory_limit"  # ended mid-attempt by a kind's hard memory limit
+    HARD_TIME_LIMIT = "hard_time_limit"  # killed by billiard at a hard time limit
+    WORKER_LOST = "worker_lost"  # died mid-attempt (signal, crash)
+    # Retired after an attempt ended by an exception injected into the kind's
+    # code (the supervisor's abort, Celery's soft time limit): whatever that
+    # code held (a lock, an import, a half-written connection) is suspect.
+    ABORTED = "aborted"
+
+
+class Limit(StrEnum):
+    """Which limit of a kind was hit: time (jobs_time_limits_hit_total) or memory
+    (jobs_memory_limits_hit_total), the `limit` label."""
+
+    SOFT = "soft"
+    HARD = "hard"
