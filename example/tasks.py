@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
+from django.utils.text import slugify
 
 if TYPE_CHECKING:
     from django_tasks import task
@@ -31,6 +32,4 @@ def send_welcome(user_id: int) -> int:
 @task(takes_context=True)
 def slugify_titles(context: Any, titles: list[str]) -> dict[str, Any]:
     """Turn titles into slugs; says which attempt did it."""
-    from django.utils.text import slugify  # a light import, kept beside its only use
-
     return {"slugs": [slugify(t) for t in titles], "attempt": context.attempt}

@@ -39,6 +39,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from jobs.kinds import get_kind, kind_names, policy_for
+from jobs.kinds.registry import duplicate_kinds
 from jobs.memory_guard import attempt_limits
 
 # Highest JOBS_JSON_MAX_DEPTH accepted: recursive code below the API (DRF
@@ -224,8 +225,6 @@ def check_broker_liveness(app_configs: Any, **kwargs: Any) -> list[CheckMessage]
 @register()
 def check_duplicate_kinds(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
     """Each kind name is registered by one class only (jobs.kinds.registry.duplicate_kinds)."""
-    from jobs.kinds.registry import duplicate_kinds  # the registry imports settings-bound code
-
     return [
         Error(
             f"kind {c.name!r} is registered twice: by {c.first} and by {c.second}",

@@ -15,6 +15,7 @@ from rest_framework import serializers
 from jobs.kinds.base import AttemptContext, Kind, PermanentError
 from jobs.policy import Policy
 from jobs.taskbackend.compat import Task, normalize_json
+from jobs.taskbackend.results import context_for
 
 # Job.kind's max_length: a task whose dotted path is longer cannot be a kind.
 MAX_NAME_CHARS = 100
@@ -41,9 +42,6 @@ class TaskKind(Kind):
         """Call the task function (with a JobsTaskContext first when it takes context)."""
         args, kwargs = payload.get("args", []), payload.get("kwargs", {})
         if self.task.takes_context:
-            # Here, not at import: the context reads the job's row (jobs.taskbackend.results).
-            from jobs.taskbackend.results import context_for
-
             value = self.task.call(context_for(self.task, ctx), *args, **kwargs)
         else:
             value = self.task.call(*args, **kwargs)

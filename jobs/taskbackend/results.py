@@ -28,7 +28,6 @@ from jobs.taskbackend.compat import (
     TaskResultDoesNotExist,
     TaskResultStatus,
 )
-from jobs.taskbackend.kind import TaskKind
 
 STATUSES: dict[str, TaskResultStatus] = {
     JobStatus.DELAYED: TaskResultStatus.READY,
@@ -112,7 +111,9 @@ def task_of(job: Job) -> Task | None:
         kind = get_kind(job.kind)
     except LookupError:
         return None
-    return kind.task if isinstance(kind, TaskKind) else None
+    # A TaskKind (jobs.taskbackend.kind, which imports this module) carries its task.
+    task = getattr(kind, "task", None)
+    return task if isinstance(task, Task) else None
 
 
 def result_for(result_id: str) -> TaskResult:

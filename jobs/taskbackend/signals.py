@@ -15,6 +15,7 @@ from django.dispatch import receiver
 
 from jobs import events
 from jobs.models import Job
+from jobs.taskbackend.backend import JobsBackend
 from jobs.taskbackend.compat import task_finished, task_started
 from jobs.taskbackend.results import task_of, task_result
 
@@ -23,9 +24,6 @@ def _send(signal: Any, job: Job) -> None:
     task = task_of(job)
     if task is None:
         return
-    # Here, not at import: the backend module registers the task class with Django.
-    from jobs.taskbackend.backend import JobsBackend
-
     # The status is the event's (the row may have moved on); the attempts are read now.
     signal.send(JobsBackend, task_result=task_result(job, task))
 

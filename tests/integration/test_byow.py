@@ -5,7 +5,8 @@ Both are submittable over HTTP, through the Python API (jobs.client) and, for th
 Django's `enqueue`; run by a real worker; retried with backoff on a transient error; stopped
 by their soft and hard limits; dead-lettered at max_attempts (3, from the kind's Policy and
 the task's decorator); listed in the admin; counted in /metrics under their names.
-One platform, every job submitted at once, then awaited: about 40 s.
+One platform, every job submitted at once, then awaited: about 30 s, in the slow tier
+(`make test-slow`, run by .ci/run).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def _outcomes(job: dict) -> list[str]:
     return [a["outcome"] for a in job["attempts"]]
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_a_fresh_apps_kind_and_task_run_as_platform_jobs(byow: Platform) -> None:

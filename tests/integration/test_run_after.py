@@ -3,7 +3,7 @@ time, holds no broker message and no worker memory while it waits (worker RSS fl
 such jobs waiting), and can be cancelled while waiting.
 
 One platform for the whole module; its scheduler ticks every 0.1 s (harness.BASE_ENV).
-Runs about 40 s: an acceptance test kept in the default suite on purpose.
+Runs about 40 s: in the slow tier (`make test-slow`, run by .ci/run).
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ def _insert_delayed(platform: Platform, count: int, due: datetime) -> None:
         )
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.timeout(180)
 def test_run_after_starts_on_time_and_waits_in_the_database(

@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 
 from jobs.admin.display import progress_text
+from jobs.kinds import get_kind
 from jobs.models import JobStatus
 from jobs.progress import Progress, ProgressReporter
+from jobs.runner import execute_attempt
 
 pytestmark = pytest.mark.django_db
 
@@ -88,13 +90,9 @@ def test_the_api_shows_progress(api_client: Any, job_factory: Callable[..., Any]
 def test_a_csv_summary_reports_progress_to_its_end(
     job_factory: Callable[..., Any], csv_root: Any, settings: Any
 ) -> None:
-    from jobs.runner import execute_attempt
-
     settings.JOBS_PROGRESS_INTERVAL = 0.0
     path = csv_root / "big.csv"
     path.write_text("a,b\n" + "".join(f"{n},{n * 2}\n" for n in range(10_000)))
-    from jobs.kinds import get_kind
-
     payload = get_kind("report.csv_summary").validate_payload({"source": str(path)})
     job = job_factory(kind="report.csv_summary", payload=payload)
     execute_attempt(job_id=str(job.id), attempt=1, hostname="unit@test")

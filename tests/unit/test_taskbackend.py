@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from jobs.kinds import get_kind
+from jobs.kinds import get_kind, policy_for
 from jobs.models import Job, JobStatus
 from jobs.runner import execute_attempt
 from jobs.taskbackend import JobsBackend, platform_priority
@@ -99,8 +99,6 @@ def test_run_after_priority_and_queue_are_kept() -> None:
 
 
 def test_policy_from_the_decorator_and_overrides(settings: Any) -> None:
-    from jobs.kinds import policy_for
-
     assert get_kind("tests.byow_app.tasks.work").policy.max_attempts == 3
     settings.JOBS_KIND_OVERRIDES = {"tests.byow_app.tasks.work": {"max_attempts": 7}}
     assert policy_for("tests.byow_app.tasks.work").max_attempts == 7

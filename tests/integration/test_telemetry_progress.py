@@ -1,5 +1,5 @@
 """Progress end to end (issue 22, Acceptance): a CSV summary of a 50 MB file shows at least
-10 increasing progress values in the API while it runs; its attempt is no more than 2% slower
+10 increasing progress values in the API (and jobs_attempt_progress_ratio) while it runs; its attempt is no more than 2% slower
 than without progress (the soak test below measures it: docs/progress.md has the figures).
 
 The acceptance run takes ~25 s (the file is made once per module, ~5 s).
@@ -19,6 +19,7 @@ import pytest
 from devstack.services import wait_for
 from devstack.workload import generate_csv
 from tests.integration.harness import Platform
+from tests.integration.telemetry import covers, scrape
 
 MIB = 1024 * 1024
 CSV_BYTES = 50 * MIB
@@ -39,6 +40,7 @@ def _attempt_seconds(job: dict) -> float:
 
 @pytest.mark.integration
 @pytest.mark.timeout(180)
+@covers("jobs_attempt_progress_ratio")
 def test_a_50_mb_csv_summary_shows_increasing_progress_while_it_runs(
     platform_factory: Callable[..., Platform], csv_file: Path
 ) -> None:
@@ -49,18 +51,31 @@ def test_a_50_mb_csv_summary_shows_increasing_progress_while_it_runs(
 
     # while it runs, the API's progress moves forward
     seen: list[float] = []
+    gauge: list[float] = []
+    series = {"kind": "report.csv_summary", "queue": "default"}
     deadline = time.monotonic() + 120
     job = platform.job(job_id)
     while job["status"] not in ("succeeded", "dead", "cancelled") and time.monotonic() < deadline:
         progress = job["progress"]
         if job["status"] == "running" and progress and (not seen or progress["done"] != seen[-1]):
             seen.append(progress["done"])
+            if len(seen) % 4 == 2:  # and the gauge, now and then (a scrape costs a core)
+                value = scrape(platform.worker_metrics_url).get(
+                    "jobs_attempt_progress_ratio", series
+                )
+                gauge.append(value if value is not None else -1)
         time.sleep(0.05)  # the polling interval of this observer, not a synchronisation
         job = platform.job(job_id)
     print(f"progress: {len(seen)} values while running, attempt {_attempt_seconds(job):.2f} s")
     assert job["status"] == "succeeded", job
     assert len(seen) >= 10, seen
     assert seen == sorted(seen), seen
+    # the gauge followed it while it ran, and reads 0 once it ended
+    assert gauge, gauge
+    assert all(0 < value <= 1 for value in gauge), gauge
+    assert gauge == sorted(gauge), gauge
+    after = scrape(platform.worker_metrics_url).get("jobs_attempt_progress_ratio", series)
+    assert after == 0, after
     # and it ends at the file's size
     assert job["progress"]["done"] == job["progress"]["total"] == csv_file.stat().st_size
     assert job["progress"]["message"] == f"{job['result']['rows']:,} rows"
