@@ -34,4 +34,6 @@ class WordCount(Kind):
         for start in range(0, len(words), CHUNK_WORDS):
             ctx.raise_if_cancelled()
             counts.update(words[start : start + CHUNK_WORDS])
+            done = min(start + CHUNK_WORDS, len(words))
+            ctx.progress(done, len(words), f"{done:,} words")
         return {"words": len(words), "top": counts.most_common(payload["top"])}

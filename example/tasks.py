@@ -31,5 +31,9 @@ def send_welcome(user_id: int) -> int:
 
 @task(takes_context=True)
 def slugify_titles(context: Any, titles: list[str]) -> dict[str, Any]:
-    """Turn titles into slugs; says which attempt did it."""
-    return {"slugs": [slugify(t) for t in titles], "attempt": context.attempt}
+    """Turn titles into slugs, reporting progress; says which attempt did it."""
+    slugs = []
+    for done, title in enumerate(titles, 1):
+        slugs.append(slugify(title))
+        context.job.progress(done, len(titles), f"{done} of {len(titles)} titles")
+    return {"slugs": slugs, "attempt": context.attempt}

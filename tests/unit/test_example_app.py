@@ -11,6 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from jobs.models import Job, JobStatus
+from jobs.runner import execute_attempt
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,3 +61,15 @@ def test_bad_input_is_a_400_naming_the_field(browser: Client) -> None:
     answer = browser.post("/example/word-count/", {"text": ["x"]}, content_type="application/json")
     assert answer.status_code == 400
     assert list(answer.json()["errors"]) == ["payload.text"]
+
+
+def test_the_example_kind_and_task_report_progress(browser: Client) -> None:
+    for path, body in (
+        ("/example/word-count/", {"text": "a b c " * 1000}),
+        ("/example/slugify/", {"titles": ["One", "Two"]}),
+    ):
+        job_id = browser.post(path, body, content_type="application/json").json()["id"]
+        execute_attempt(job_id=job_id, attempt=1, hostname="unit@test")
+        job = Job.objects.get(id=job_id)
+        assert job.status == JobStatus.SUCCEEDED, job.last_error
+        assert job.progress_done == job.progress_total
