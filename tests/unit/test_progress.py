@@ -6,12 +6,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from celery.events.state import State
 
 from jobs.admin.display import progress_text
 from jobs.kinds import get_kind
 from jobs.models import JobStatus
 from jobs.progress import Progress, ProgressReporter
 from jobs.runner import execute_attempt
+from jobs.task_states import send_progress
 
 pytestmark = pytest.mark.django_db
 
@@ -101,3 +103,64 @@ def test_a_csv_summary_reports_progress_to_its_end(
     assert job.progress_total == path.stat().st_size
     assert job.progress_done == job.progress_total
     assert job.progress_message == "10,000 rows"
+
+
+def test_flower_shows_a_progress_event_as_state_progress() -> None:
+    # given Celery's event state (what Flower keeps) of a started attempt task
+    state = State()
+    state.event(
+        {
+            "type": "task-received",
+            "uuid": "j:1",
+            "name": "jobs.run_attempt",
+            "timestamp": 1.0,
+            "local_received": 1.0,
+            "hostname": "w@h",
+            "clock": 1,
+        }
+    )
+    state.event(
+        {
+            "type": "task-started",
+            "uuid": "j:1",
+            "timestamp": 2.0,
+            "local_received": 2.0,
+            "hostname": "w@h",
+            "clock": 2,
+        }
+    )
+
+    # when the attempt's progress event arrives, as send_progress sends it
+    sent: dict[str, Any] = {}
+
+    class FakeTask:
+        def send_event(self, type_: str, **fields: Any) -> None:
+            sent.update(type=type_, **fields)
+
+    send_progress(FakeTask(), Progress(25, 100, "rows"))
+    state.event(
+        {
+            **sent,
+            "uuid": "j:1",
+            "timestamp": 3.0,
+            "local_received": 3.0,
+            "hostname": "w@h",
+            "clock": 3,
+        }
+    )
+
+    # then the task is in state PROGRESS with the report's fields; success still wins
+    task = state.tasks["j:1"]  # type: ignore[attr-defined]
+    assert task.state == "PROGRESS"
+    assert (task.done, task.total, task.ratio, task.message) == (25, 100, 0.25, "rows")
+    state.event(
+        {
+            "type": "task-succeeded",
+            "uuid": "j:1",
+            "timestamp": 4.0,
+            "local_received": 4.0,
+            "hostname": "w@h",
+            "clock": 4,
+        }
+    )
+    assert state.tasks["j:1"].state == "SUCCESS"  # type: ignore[attr-defined]

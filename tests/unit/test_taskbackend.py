@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.utils import timezone
 
 from jobs.kinds import get_kind, policy_for
@@ -144,3 +145,10 @@ def test_djangos_task_signals_fire(django_capture_on_commit_callbacks: Any) -> N
         ("started", TaskResultStatus.RUNNING),
         ("finished", TaskResultStatus.SUCCESSFUL),
     ]
+
+
+def test_aenqueue_and_aget_result() -> None:
+    result = async_to_sync(tasks.add.aenqueue)(4, 5)
+    assert Job.objects.get(id=result.id).payload == {"args": [4, 5], "kwargs": {}}
+    fetched = async_to_sync(tasks.add.aget_result)(result.id)
+    assert fetched.status == TaskResultStatus.READY
