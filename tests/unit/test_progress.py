@@ -164,3 +164,13 @@ def test_flower_shows_a_progress_event_as_state_progress() -> None:
         }
     )
     assert state.tasks["j:1"].state == "SUCCESS"  # type: ignore[attr-defined]
+
+
+def test_a_new_attempt_starts_without_the_last_ones_progress(
+    job_factory: Callable[..., Any],
+) -> None:
+    job = job_factory(progress_done=5, progress_total=10, progress_message="old")
+    execute_attempt(job_id=str(job.id), attempt=1, hostname="unit@test")
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+    assert (job.progress_done, job.progress_total, job.progress_message) == (None, None, "")
