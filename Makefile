@@ -4,7 +4,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo up observe test test-unit test-integration test-slow drills lint format bench clean fuzz fuzz-production
+.PHONY: install demo up observe test test-unit test-integration test-slow drills lint format bench clean fuzz fuzz-production test-django6
+
+# Django 6.x needs Python 3.12+: the first of these that is one (pyenv's builds too).
+VENV6 := .venv-dj6
+STAMP6 := $(VENV6)/.installed-stamp
+PYTHON312 ?= $(shell for p in python3.13 python3.12 $$HOME/.pyenv/versions/3.1[2-9]*/bin/python3; do \
+	$$p -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null && echo $$p && break; done)
+# The Tasks backend's tests: unit (run in-process) and Django's documentation examples (real worker).
+DJANGO6_TESTS := tests/unit/test_taskbackend.py tests/unit/test_kind_discovery.py tests/unit/test_client.py \
+	tests/integration/test_tasks_docs.py
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,6 +22,17 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+$(STAMP6): pyproject.toml
+	@test -n "$(PYTHON312)" || { echo "make test-django6: no Python 3.12+ found (set PYTHON312=...)"; exit 1; }
+	test -x $(VENV6)/bin/python || $(PYTHON312) -m venv $(VENV6)
+	$(VENV6)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV6)/bin/python -m pip install --quiet -e '.[dev]' 'Django>=6.0,<7'
+	touch $(STAMP6)
+
+test-django6: $(STAMP6)  ## the Tasks backend's tests on Python 3.12+ and Django 6.x (.venv-dj6)
+	$(VENV6)/bin/python -c 'import django; assert django.VERSION >= (6,), django.VERSION'
+	$(VENV6)/bin/python -m pytest $(DJANGO6_TESTS)
 
 demo: $(STAMP)  ## run the platform's main job on real input, then stop everything
 	$(BIN)/python -m devstack demo

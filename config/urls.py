@@ -36,6 +36,9 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
 ]
 
+if "example" in settings.INSTALLED_APPS:  # local and test settings only (example/)
+    urlpatterns.append(path("example/", include("example.urls")))
+
 if settings.DEBUG:
     # Admin CSS/JS under gunicorn in development; production serves STATIC_ROOT.
     urlpatterns += staticfiles_urlpatterns()

@@ -85,6 +85,8 @@ class Mix:
     flaky: int = 8
     flaky_exhausted: int = 2
     cancelled: int = 3
+    # Django @task functions of the example app (example/tasks.py), run as jobs.
+    tasks: int = 8
 
     @property
     def total(self) -> int:
@@ -95,12 +97,15 @@ class Mix:
             + self.flaky
             + self.flaky_exhausted
             + self.cancelled
+            + self.tasks
         )
 
 
 # The receiver's /flaky answers a share FAIL_SHARE of deliveries with 5xx and a share
 # SLOW_SHARE after SLOW_SECONDS, past the webhooks' READ_TIMEOUT: those fail too.
 FAIL_SHARE, SLOW_SHARE, SLOW_SECONDS, READ_TIMEOUT = 0.2, 0.1, 2.0, 1.0
+# The example app's Django task the workload runs (example/tasks.py).
+TASK_KIND = "example.tasks.slugify_titles"
 # How often the jobs meant to die exhausted fail: more than any policy's max_attempts.
 EXHAUSTED_FAIL_TIMES = 50
 
@@ -142,6 +147,14 @@ def plan_jobs(*, receiver_url: Callable[[str], str], csv_path: Path, mix: Mix) -
             "demo.flaky", {"fail_times": EXHAUSTED_FAIL_TIMES, "sleep_seconds": 1.0}, cancel=True
         )
         for _ in range(mix.cancelled)
+    ]
+    # A Django task (jobs.taskbackend) submitted over HTTP like any kind: its payload
+    # is the call's arguments.
+    specs += [
+        JobSpec(
+            TASK_KIND, {"args": [], "kwargs": {"titles": [f"Demo title {n}", "Bring your own"]}}
+        )
+        for n in range(mix.tasks)
     ]
     random.Random(11).shuffle(specs)
     return specs
@@ -357,6 +370,8 @@ class Stats:
     retries: int
     p50_seconds: float | None
     p95_seconds: float | None
+    # Jobs whose attempt reported progress (AttemptContext.progress): the API's `progress`.
+    with_progress: int = 0
 
     @property
     def unsettled(self) -> int:
@@ -379,4 +394,5 @@ def job_stats(jobs: list[dict[str, Any]], *, submitted: int) -> Stats:
         retries=sum(max(job["attempts_made"] - 1, 0) for job in jobs),
         p50_seconds=percentile(durations, 50),
         p95_seconds=percentile(durations, 95),
+        with_progress=sum(1 for job in jobs if job.get("progress")),
     )

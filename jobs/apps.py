@@ -1,4 +1,4 @@
-"""App config: loads the built-in kinds into the registry at startup."""
+"""App config: loads the built-in kinds and every installed app's `kinds` module at startup."""
 
 from django.apps import AppConfig
 
@@ -18,8 +18,19 @@ class JobsConfig(AppConfig):
             tasks,  # noqa: F401, PLC0415 - registers the attempt task, published by name
         )
         from jobs.kinds import builtin  # noqa: F401, PLC0415 - registering kinds needs the app registry ready
+        from jobs.kinds.discovery import (  # noqa: PLC0415 - the app registry is ready only now
+            autodiscover_kinds,
+            autodiscover_tasks,
+        )
+        from jobs.taskbackend import (  # noqa: F401, PLC0415 - connecting receivers needs the app registry ready
+            signals as task_signals,
+        )
         from jobs.telemetry import (  # noqa: F401, PLC0415 - connecting receivers needs the app registry ready
             celery_events,
             job_events,
             worker_events,
         )
+
+        # Every installed app's `kinds` and `tasks` modules (jobs.kinds.discovery).
+        autodiscover_kinds()
+        autodiscover_tasks()

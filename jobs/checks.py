@@ -22,6 +22,11 @@ check (config.startup); `python manage.py check` lists them all.
 - jobs.E008: JOBS_BROKER_HEALTH_CHECK_INTERVAL or JOBS_BROKER_SOCKET_TIMEOUT
   is not above 0: kombu's health checks would be off (a silent broker never
   noticed) or every Redis command would fail at once.
+- jobs.E013: two classes register one kind name (in two apps' `kinds`
+  modules, jobs.kinds.discovery): which one would run is an accident of
+  import order.
+- jobs.E014 (jobs.taskbackend.JobsBackend.check, run by Django's Tasks
+  checks): the TASKS backend's QUEUES name a queue not in JOBS_QUEUES.
 - jobs.W001: JOBS_KIND_OVERRIDES names a kind that is not registered (a
   typo, or a fault kind while JOBS_FAULT_KINDS is off).
 """
@@ -34,6 +39,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from jobs.kinds import get_kind, kind_names, policy_for
+from jobs.kinds.registry import duplicate_kinds
 from jobs.memory_guard import attempt_limits
 
 # Highest JOBS_JSON_MAX_DEPTH accepted: recursive code below the API (DRF
@@ -213,4 +219,17 @@ def check_broker_liveness(app_configs: Any, **kwargs: Any) -> list[CheckMessage]
         )
         for name, value in rules
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
+    ]
+
+
+@register()
+def check_duplicate_kinds(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    """Each kind name is registered by one class only (jobs.kinds.registry.duplicate_kinds)."""
+    return [
+        Error(
+            f"kind {c.name!r} is registered twice: by {c.first} and by {c.second}",
+            hint="Rename one of them (kind names are global: prefix them with the app's label).",
+            id="jobs.E013",
+        )
+        for c in duplicate_kinds()
     ]

@@ -12,6 +12,9 @@ import metrics. Every signal is sent with `sender=Job` and keyword arguments:
                                           failed attempt, None after a success or when the job
                                           had moved on
 - job_completed(job)                      the job reached succeeded, dead or cancelled
+- attempt_progress(kind, queue, ratio)    a running attempt's progress was written
+                                          (jobs.progress; ratio in 0..1, None when the
+                                          total is unknown), in the process that runs it
 - delivery_dropped(job, reason)           reason: a jobs.reasons.DropReason
 - leak_suspected(kind, resource)          resource: a jobs.reasons.LeakResource (worker child)
 - message_lost(job)                       a queued job's message vanished from the broker;
@@ -31,6 +34,7 @@ job_rejected = Signal()
 attempt_started = Signal()
 attempt_finished = Signal()
 job_completed = Signal()
+attempt_progress = Signal()
 delivery_dropped = Signal()
 leak_suspected = Signal()
 message_lost = Signal()

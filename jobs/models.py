@@ -1,6 +1,6 @@
 """Job and Attempt rows: the database is the source of truth for every job.
 
-States follow DESIGN.md ("Job lifecycle"): queued -> running -> succeeded;
+States follow DESIGN.md ("Job lifecycle"): [delayed ->] queued -> running -> succeeded;
 running -> retrying -> queued; running -> dead; any non-terminal -> cancelled.
 Only `jobs.services` changes them.
 """
@@ -18,6 +18,9 @@ from jobs.waiting import DETAIL_MAX_CHARS, WaitingReason
 
 class JobStatus(models.TextChoices):
     QUEUED = "queued"
+    # Waiting for its `run_after` time in the database; promoted to queued by
+    # the scheduler (jobs.scheduler), never held as a broker countdown.
+    DELAYED = "delayed"
     RUNNING = "running"
     RETRYING = "retrying"
     SUCCEEDED = "succeeded"
@@ -54,7 +57,8 @@ class Job(models.Model):
     """One unit of background work of a registered kind.
 
     Timestamps are UTC. `attempts_made` counts Attempt rows started;
-    `next_attempt_at` is set while `retrying`; `lease_expires_at` bounds how
+    `next_attempt_at` is set while `retrying` or `delayed` (then it is
+    `run_after`); `lease_expires_at` bounds how
     long the current attempt may still be alive (hard limit + grace).
     `waiting_reason` / `waiting_detail` say why a held-back job waits
     (jobs.waiting); empty otherwise.
@@ -82,6 +86,9 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
+    # The earliest start the submitter asked for (None: at once). A job
+    # submitted with a later one waits `delayed` until the scheduler queues it.
+    run_after = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     # Broker deliveries that reached a worker (run or dropped), and attempts
     # that ended with the worker process lost: the poison-message count.
@@ -90,6 +97,14 @@ class Job(models.Model):
     # W3C traceparent of the request that submitted the job: every attempt's
     # span joins that trace.
     trace_parent = models.CharField(max_length=64, blank=True, default="")
+    # The running (or last) attempt's progress, as its kind reported it
+    # (AttemptContext.progress, jobs.progress): `progress_done` of
+    # `progress_total` units (None: unknown), written at most every
+    # JOBS_PROGRESS_INTERVAL seconds.
+    progress_done = models.FloatField(null=True, blank=True)
+    progress_total = models.FloatField(null=True, blank=True)
+    progress_message = models.CharField(max_length=200, blank=True, default="")
+    progress_at = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     dead_reason = models.CharField(max_length=16, choices=DeadReason, blank=True, default="")

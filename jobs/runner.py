@@ -13,6 +13,7 @@ import os
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -27,6 +28,7 @@ from jobs.db import is_unavailable, run_with_reconnect
 from jobs.kinds import AttemptContext, Cancelled, Kind, PermanentError, RetryableError, get_kind
 from jobs.models import AttemptOutcome, Job, JobStatus
 from jobs.policy import Policy
+from jobs.progress import Progress, ProgressReporter
 from jobs.reasons import AbortReason, RecycleReason
 from jobs.services import AttemptEnd, AttemptReport, AttemptRun, StartedAttempt
 from jobs.supervisor import (
@@ -44,7 +46,12 @@ MEMORY_LIMIT_ERROR = memory_guard.MEMORY_LIMIT_ERROR
 
 
 def execute_attempt(
-    *, job_id: str, attempt: int, hostname: str, collector: ChildCollector | None = None
+    *,
+    job_id: str,
+    attempt: int,
+    hostname: str,
+    collector: ChildCollector | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
 ) -> AttemptRun:
     """Run the attempt of job `job_id` that a message published as number `attempt`.
 
@@ -56,7 +63,8 @@ def execute_attempt(
     (jobs.db); an outcome the database cannot take in time is spooled to
     Redis for the scheduler (jobs.services.outcomes), never dropped. Other
     database errors escape (Celery logs the failure, the lease sweep
-    recovers the job).
+    recovers the job). `on_progress` is called with each progress report
+    written (jobs.progress; the Celery task sends Flower's event with it).
     """
     guard_soft_limit_signal()
     rss_before = rss_bytes()
@@ -76,6 +84,14 @@ def execute_attempt(
         return AttemptRun(job_id=str(job_id), attempt=attempt, rss_before_bytes=rss_before)
     kind = get_kind(started.kind)
     began = now = time.monotonic()
+    reporter = ProgressReporter(
+        job_id=uuid.UUID(str(started.job_id)),
+        attempt=started.attempt,
+        kind=started.kind,
+        queue=started.queue,
+        interval=settings.JOBS_PROGRESS_INTERVAL,
+        publish=on_progress,
+    )
     ctx = AttemptContext(
         job_id=uuid.UUID(str(started.job_id)),
         kind=started.kind,
@@ -83,6 +99,7 @@ def execute_attempt(
         max_attempts=started.max_attempts,
         soft_deadline=now + started.policy.soft_time_limit,
         hard_deadline=now + started.policy.hard_time_limit,
+        progress_sink=reporter if settings.JOBS_PROGRESS_INTERVAL >= 0 else None,
     )
     threads_before = live_threads()
     guard = memory_guard.AttemptMemoryGuard(
@@ -104,6 +121,16 @@ def execute_attempt(
             report = run_kind(kind, started.payload, ctx, started.policy)
         finally:
             report_note = guard.unwatch()
+            reporter.flush()  # the last report, while the attempt is still the running one
+            if reporter.reports:
+                logger.info(
+                    "progress job_id=%s attempt=%s reports=%s writes=%s cost=%.6fs",
+                    ctx.job_id,
+                    ctx.attempt,
+                    reporter.reports,
+                    reporter.writes,
+                    reporter.seconds,
+                )
         if supervisor.last_interrupted:
             # Whatever the kind's code held where it was interrupted is suspect.
             child_retire.retire_after_attempt(

@@ -91,10 +91,10 @@ def attempt_retry_delay(*, job_id: uuid.UUID | str, attempt: int) -> float | Non
 
 
 def jobs_due_for_retry(*, now: datetime, limit: int) -> QuerySet[Job]:
-    """Retrying jobs whose next attempt is due, earliest first."""
-    return Job.objects.filter(status=JobStatus.RETRYING, next_attempt_at__lte=now).order_by(
-        "next_attempt_at"
-    )[:limit]
+    """Retrying and delayed jobs whose next attempt is due, earliest first."""
+    return Job.objects.filter(
+        status__in=(JobStatus.RETRYING, JobStatus.DELAYED), next_attempt_at__lte=now
+    ).order_by("next_attempt_at")[:limit]
 
 
 def jobs_unpublished(*, enqueued_before: datetime, limit: int) -> QuerySet[Job]:
@@ -310,6 +310,8 @@ class QueueDepth:
     reserved: int
     scheduled: int
     unpublished: int
+    # Jobs waiting for their `run_after` (status delayed).
+    delayed: int
     oldest_age_seconds: float
     broker_read: bool = True
 
@@ -333,6 +335,11 @@ def queue_depths(*, queues: list[str] | None = None) -> dict[str, QueueDepth]:
         .values_list("queue")
         .annotate(n=Count("id"))
     )
+    delayed = dict(
+        Job.objects.filter(status=JobStatus.DELAYED, queue__in=queues)
+        .values_list("queue")
+        .annotate(n=Count("id"))
+    )
     unpublished = dict(
         Job.objects.filter(status=JobStatus.QUEUED, published_at__isnull=True, queue__in=queues)
         .values_list("queue")
@@ -350,6 +357,7 @@ def queue_depths(*, queues: list[str] | None = None) -> dict[str, QueueDepth]:
             reserved=reserved.get(q, 0),
             scheduled=scheduled.get(q, 0),
             unpublished=unpublished.get(q, 0),
+            delayed=delayed.get(q, 0),
             oldest_age_seconds=max(0.0, (now - oldest[q]).total_seconds())
             if oldest.get(q)
             else 0.0,

@@ -18,6 +18,12 @@ countdown, no ETA); the scheduler stays the only way back to the queue. The
 message is acknowledged in every case (acks_late), exactly as before; a lost
 child's message is still requeued by jobs.tasks.AttemptRequest.
 
+While an attempt runs, each progress report written (jobs.progress) is sent
+as a custom `task-progress` event: Flower shows the task in state PROGRESS
+with `done`, `total`, `ratio` and `message` (Celery users' PROGRESS state;
+not through `update_state`, which needs a result backend and this platform
+keeps results in its database).
+
 REVOKED and IGNORED are raised as Ignore subclasses (Celery acknowledges
 and sends nothing for Ignore); the worker's main process turns them into
 the task-revoked / task-ignored events (jobs.tasks.AttemptRequest).
@@ -169,3 +175,8 @@ def raise_for(
 
 def _mib(value: Any) -> str:
     return f"{value / MIB:.1f} MiB" if isinstance(value, int) else "unknown"
+
+
+def send_progress(task: Any, progress: Any) -> None:
+    """Send `progress` (a jobs.progress.Progress) as the running task's `task-progress` event."""
+    task.send_event("task-progress", retry=False, **progress.as_dict())

@@ -8,6 +8,7 @@ publishes it when due (DESIGN.md "Retries").
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -329,6 +330,7 @@ def run_attempt_task(self: AttemptTask, job_id: str, attempt: int) -> dict[str, 
         attempt=int(attempt),
         hostname=self.request.hostname or "",
         collector=self.collector,
+        on_progress=functools.partial(task_states.send_progress, self),
     )
     result = task_states.summary(
         job_id=run.job_id,

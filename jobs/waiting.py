@@ -16,7 +16,11 @@ Reasons today, all on a `retrying` job:
 - `retry_budget`: the kind's retry budget (jobs.budget) moved the retry to a
   later slot, at the decision or when the retry was about to start.
 
-Later reasons belong here too (a due time from `run_after`, a concurrency or
+and on a `delayed` job:
+
+- `run_after`: the submitter asked for a later start (`run_after`).
+
+Later reasons belong here too (a concurrency or
 rate limit, a paused kind, an open fuse, backpressure, no worker consuming
 the queue): one member and one constructor each. This module imports no
 other jobs module, so every layer may use it.
@@ -39,6 +43,7 @@ class WaitingReason(models.TextChoices):
     BACKOFF = "backoff", "backoff"
     RETRY_AFTER = "retry_after", "Retry-After"
     RETRY_BUDGET = "retry_budget", "retry budget"
+    RUN_AFTER = "run_after", "run after"
 
 
 @dataclass(frozen=True)
@@ -120,3 +125,10 @@ def held_by_budget(*, kind: str, held: float) -> Waiting:
 
 def _waiting(reason: WaitingReason, detail: str) -> Waiting:
     return Waiting(reason, detail[:DETAIL_MAX_CHARS])
+
+
+def for_run_after(*, run_after: Any) -> Waiting:
+    """Why a job submitted with a later start (`run_after`, an aware datetime) waits."""
+    return _waiting(
+        WaitingReason.RUN_AFTER, f"start not before {run_after.isoformat()}, as submitted"
+    )

@@ -133,6 +133,13 @@ jobs_attempts_in_flight = Gauge(
     ("kind", "queue"),
     multiprocess_mode="livesum",
 )
+jobs_attempt_progress_ratio = Gauge(
+    "jobs_attempt_progress_ratio",
+    "Latest progress (done / total, 0 to 1) a running attempt of the kind reported "
+    "(AttemptContext.progress); 0 once it ended. Max over live worker children.",
+    ("kind", "queue"),
+    multiprocess_mode="livemax",
+)
 jobs_attempt_duration_seconds = Histogram(
     "jobs_attempt_duration_seconds",
     "Attempt wall time.",
@@ -204,7 +211,7 @@ SCRAPE_TIME_SERIES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "jobs_queue_depth": (
         "gauge",
         ("queue", "state"),
-        "Jobs per queue by state: ready, reserved, scheduled, unpublished.",
+        "Jobs per queue by state: ready, reserved, scheduled, unpublished, delayed.",
     ),
     "celery_queue_length": (
         "gauge",

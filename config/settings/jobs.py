@@ -48,10 +48,18 @@ JOBS_JSON_MAX_DEPTH: int = env.int("JOBS_JSON_MAX_DEPTH", default=64)
 # {"demo.flaky": {"max_attempts": 3, "backoff_base": 0.2, "soft_time_limit": 5}}
 JOBS_KIND_OVERRIDES: dict = env.json("JOBS_KIND_OVERRIDES", default={})
 
+# Django's Tasks framework (django.tasks on 6.x, the django-tasks backport on
+# 5.2): every @task function runs as a platform job, its dotted path the kind
+# (jobs.taskbackend; per-task policy in JOBS_KIND_OVERRIDES under that name).
+TASKS = {"default": {"BACKEND": "jobs.taskbackend.JobsBackend"}}
+
 # Scheduler: how often it looks for due retries and unpublished rows (seconds),
 # how old an unpublished row must be before the sweep republishes it, and how
 # many rows one pass handles.
 JOBS_SCHEDULER_INTERVAL: float = env.float("JOBS_SCHEDULER_INTERVAL", default=0.25)
+# Least seconds between two writes of a running attempt's progress (jobs.progress);
+# below 0, progress reports are dropped unwritten (AttemptContext.progress does nothing).
+JOBS_PROGRESS_INTERVAL: float = env.float("JOBS_PROGRESS_INTERVAL", default=0.25)
 JOBS_SWEEP_UNPUBLISHED_AFTER: float = env.float("JOBS_SWEEP_UNPUBLISHED_AFTER", default=5.0)
 JOBS_SCHEDULER_BATCH: int = env.int("JOBS_SCHEDULER_BATCH", default=500)
 # Lost messages (jobs.services.lost_messages): every CHECK_INTERVAL seconds

@@ -55,9 +55,9 @@ ACTIONS: dict[str, ActionSpec] = {
     "cancel": ActionSpec(
         "cancel",
         "Cancel",
-        (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.RETRYING),
+        (JobStatus.QUEUED, JobStatus.DELAYED, JobStatus.RUNNING, JobStatus.RETRYING),
         services.job_cancel,
-        "Stop the job: a queued or retrying job never runs again; a running attempt is asked "
+        "Stop the job: a queued, delayed or retrying job never runs again; a running attempt is asked "
         "to stop and aborted if it ignores that.",
     ),
 }

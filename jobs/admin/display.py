@@ -23,6 +23,7 @@ MIB = 1024 * 1024
 # Colours of the status badges (background, text); WCAG AA contrast on white text.
 STATUS_COLOURS: dict[str, str] = {
     JobStatus.QUEUED: "#5a6b7b",
+    JobStatus.DELAYED: "#5e548e",
     JobStatus.RUNNING: "#1f6fb2",
     JobStatus.RETRYING: "#b35c00",
     JobStatus.SUCCEEDED: "#2e7d32",
@@ -212,3 +213,15 @@ def shown_error(job: Job) -> tuple[str, bool]:
     `last_error`; it is shown as recovered, never as the job's error.
     """
     return job.last_error, bool(job.last_error) and job.status == JobStatus.SUCCEEDED
+
+
+def progress_text(job: Any) -> str:
+    """The job's last progress report as people read it ("42% · 4,200 of 10,000 rows"), or ""."""
+    if job.progress_done is None:
+        return ""
+    done, total = job.progress_done, job.progress_total
+    if total:
+        head = f"{min(100.0, 100 * done / total):.0f}% ({done:,.0f} of {total:,.0f})"
+    else:
+        head = f"{done:,.0f} done"
+    return f"{head} · {job.progress_message}" if job.progress_message else head

@@ -119,6 +119,10 @@ class JobAdmin(admin.ModelAdmin):
         )
         if job.dead_reason:
             return format_html('{}<div class="job-why">{}</div>', badge, job.dead_reason)
+        if job.status == JobStatus.RUNNING and job.progress_done is not None:
+            return format_html(
+                '{}<div class="job-why job-progress">{}</div>', badge, display.progress_text(job)
+            )
         if job.waiting_reason:
             # The short reason in the cell; hovering shows the detail.
             return format_html(
@@ -239,6 +243,7 @@ class JobAdmin(admin.ModelAdmin):
             "moments": timeline.moments(job, attempts),
             "end_to_end": display.seconds(timeline.end_to_end(job)),
             "waiting_until": display.until(job.next_attempt_at, timezone.now()),
+            "progress": display.progress_text(job),
             "payload_json": display.pretty_json(job.payload),
             "result_json": display.pretty_json(job.result) if job.result is not None else "",
             "shown_error": error,

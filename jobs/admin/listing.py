@@ -36,6 +36,9 @@ LIST_FIELDS = (
     "dead_reason",
     "waiting_reason",
     "waiting_detail",
+    "progress_done",
+    "progress_total",
+    "progress_message",
 )
 ERROR_HEAD_CHARS = 300
 SEARCH_MAX_CHARS = 200

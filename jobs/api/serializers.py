@@ -48,6 +48,11 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="Celery's Redis priority: 0 is taken first, 9 last.",
     )
     idempotency_key = serializers.CharField(max_length=255, required=False, allow_blank=False)
+    run_after = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="Earliest start (ISO 8601 with a time zone); the job waits `delayed` until then.",
+    )
 
     def validate(self, attrs: dict) -> dict:
         unknown = (
@@ -105,6 +110,18 @@ class WaitingSerializer(serializers.Serializer):
     until = serializers.DateTimeField(allow_null=True)
 
 
+class ProgressSerializer(serializers.Serializer):
+    """The running (or last) attempt's progress report (AttemptContext.progress)."""
+
+    done = serializers.FloatField()
+    total = serializers.FloatField(allow_null=True)
+    ratio = serializers.FloatField(
+        allow_null=True, help_text="done / total in 0..1; null if unknown"
+    )
+    message = serializers.CharField(allow_blank=True)
+    at = serializers.DateTimeField(allow_null=True, help_text="When it was written.")
+
+
 class JobSerializer(serializers.ModelSerializer):
     """A job with its attempts.
 
@@ -113,7 +130,8 @@ class JobSerializer(serializers.ModelSerializer):
     `recovered_error` instead (and in that attempt's row). `trace_id` is the
     trace of the request that submitted the job, which every attempt joins
     (empty unless the submitting process exports traces). `waiting` says why
-    a held-back job waits, or is null.
+    a held-back job waits, or is null. `progress` is the running (or last)
+    attempt's latest progress report, or null.
     """
 
     url = serializers.HyperlinkedIdentityField(view_name="jobs-api:job-detail", lookup_field="pk")
@@ -122,6 +140,22 @@ class JobSerializer(serializers.ModelSerializer):
     last_error = serializers.SerializerMethodField()
     recovered_error = serializers.SerializerMethodField()
     waiting = serializers.SerializerMethodField()
+    progress = serializers.SerializerMethodField()
+
+    @extend_schema_field(ProgressSerializer(allow_null=True))
+    def get_progress(self, job: Job) -> dict[str, Any] | None:
+        if job.progress_done is None:
+            return None
+        total = job.progress_total
+        return ProgressSerializer(
+            {
+                "done": job.progress_done,
+                "total": total,
+                "ratio": max(0.0, min(1.0, job.progress_done / total)) if total else None,
+                "message": job.progress_message,
+                "at": job.progress_at,
+            }
+        ).data
 
     @extend_schema_field(WaitingSerializer(allow_null=True))
     def get_waiting(self, job: Job) -> dict[str, Any] | None:
@@ -163,7 +197,9 @@ class JobSerializer(serializers.ModelSerializer):
             "started_at",
             "finished_at",
             "next_attempt_at",
+            "run_after",
             "waiting",
+            "progress",
             "result",
             "last_error",
             "recovered_error",

@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
-from jobs import selectors, services
+from jobs import client, selectors
 from jobs.api.errors import LengthRequired
 from jobs.api.filters import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ORDERINGS, JobListQuery
 from jobs.api.serializers import (
@@ -21,7 +21,6 @@ from jobs.api.serializers import (
     JobSerializer,
     JobSubmitSerializer,
 )
-from jobs.errors import JobNotFound
 from jobs.models import Job, JobStatus
 
 
@@ -59,10 +58,7 @@ class JobViewSet(viewsets.GenericViewSet):
 
     def _get_job(self, pk: str) -> Job:
         # Another user's job is "no job with that id" (jobs.ownership).
-        job = selectors.job_get_for(user=self.request.user, job_id=pk)
-        if job is None:
-            raise JobNotFound()
-        return job
+        return client.get(pk, user=self.request.user)
 
     @extend_schema(
         request=JobSubmitSerializer,
@@ -81,16 +77,18 @@ class JobViewSet(viewsets.GenericViewSet):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         key = data.get("idempotency_key") or None
-        result = services.job_submit(
-            kind=data["kind"],
-            payload=data["payload"],
+        result = client.submit_result(
+            data["kind"],
+            data["payload"],
             queue=data.get("queue"),
             priority=data.get("priority"),
             idempotency_key=key,
-            user=request.user,
+            run_after=data.get("run_after"),
+            submitter=request.user,
         )
         url = reverse("jobs-api:job-detail", kwargs={"pk": result.job.pk}, request=request)
         body = {"id": str(result.job.pk), "status": result.job.status, "url": url}
+        # A repeated idempotency key answers 200 with the job it made first.
         code = status.HTTP_202_ACCEPTED if result.created else status.HTTP_200_OK
         return Response(body, status=code, headers={"Location": url})
 
@@ -119,7 +117,7 @@ class JobViewSet(viewsets.GenericViewSet):
     @extend_schema(request=None, responses=JobSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
-        services.job_cancel_for(user=request.user, job_id=pk, via="API")
+        client.cancel(pk, user=request.user, via="API")
         return Response(JobSerializer(self._get_job(pk), context={"request": request}).data)
 
     @extend_schema(
@@ -131,5 +129,5 @@ class JobViewSet(viewsets.GenericViewSet):
     )
     @action(detail=True, methods=["post"])
     def requeue(self, request: Request, pk: str) -> Response:
-        services.job_requeue_for(user=request.user, job_id=pk, via="API")
+        client.requeue(pk, user=request.user, via="API")
         return Response(JobSerializer(self._get_job(pk), context={"request": request}).data)

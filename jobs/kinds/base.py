@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -61,6 +62,10 @@ class AttemptContext:
     soft_deadline: float
     hard_deadline: float
     cancel_event: threading.Event = field(default_factory=threading.Event, compare=False)
+    # Where `progress` reports go (jobs.progress.ProgressReporter); None: nowhere.
+    progress_sink: Callable[[float, float | None, str], None] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @property
     def cancelled(self) -> bool:
@@ -69,6 +74,19 @@ class AttemptContext:
     def remaining(self) -> float:
         """Seconds left before the soft time limit (never negative)."""
         return max(0.0, self.soft_deadline - time.monotonic())
+
+    def progress(self, done: float, total: float | None = None, message: str = "") -> None:
+        """Report `done` units of work of `total` (None: unknown) and a short `message`.
+
+        Cheap to call often: the platform keeps the latest report and writes
+        it at most every JOBS_PROGRESS_INTERVAL seconds (and at once when
+        `done` reaches `total`), to the job's row (the API's `progress`, the
+        admin), Flower (state PROGRESS) and the jobs_attempt_progress_ratio
+        gauge. Never raises for a report it cannot write; a negative or
+        non-finite `done`, or a `total` not above 0, is ignored.
+        """
+        if self.progress_sink is not None:
+            self.progress_sink(done, total, message)
 
     def raise_if_cancelled(self) -> None:
         """Raise Cancelled when the cancellation flag is set."""

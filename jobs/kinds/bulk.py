@@ -66,8 +66,10 @@ class BulkAction(Kind):
             "retry_now": services.job_retry_now,
         }[payload["action"]]
         done, skipped, missing = 0, 0, 0
-        for job_id in payload["job_ids"]:
+        total = len(payload["job_ids"])
+        for index, job_id in enumerate(payload["job_ids"]):
             ctx.raise_if_cancelled()
+            ctx.progress(index, total, f"{payload['action']}: {index} of {total} jobs")
             try:
                 service(job_id=job_id, actor=actor, via=f"admin (bulk job {ctx.job_id})")
                 done += 1
@@ -75,4 +77,5 @@ class BulkAction(Kind):
                 skipped += 1
             except Job.DoesNotExist:
                 missing += 1
+        ctx.progress(total, total, f"{payload['action']}: {total} of {total} jobs")
         return {"action": payload["action"], "done": done, "skipped": skipped, "missing": missing}

@@ -17,7 +17,7 @@ import io
 import math
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -218,11 +218,26 @@ class CsvSummary(Kind):
                     text = io.TextIOWrapper(
                         response.raw, encoding="utf-8", errors="replace", newline=""
                     )
-                    return summarise(text, payload, ctx)
+                    length = response.headers.get("Content-Length", "")
+                    return summarise(
+                        text,
+                        payload,
+                        ctx,
+                        position=response.raw.tell,
+                        size=int(length) if length.isdigit() else None,
+                    )
             except (requests.ConnectionError, requests.Timeout) as exc:
                 raise RetryableError(f"fetching {source}: {exc}") from exc
         with _open_regular_file(source) as handle:
-            return summarise(handle, payload, ctx)
+            fd = handle.fileno()
+            return summarise(
+                handle,
+                payload,
+                ctx,
+                # The file's offset: bytes read so far, the buffers' read-ahead included.
+                position=lambda: os.lseek(fd, 0, os.SEEK_CUR),
+                size=os.fstat(fd).st_size,
+            )
 
 
 @contextmanager
@@ -267,9 +282,17 @@ def _open_regular_file(source: str) -> io.TextIOWrapper:
 
 
 def summarise(
-    lines: Iterator[str] | io.TextIOBase, payload: dict[str, Any], ctx: AttemptContext
+    lines: Iterator[str] | io.TextIOBase,
+    payload: dict[str, Any],
+    ctx: AttemptContext,
+    *,
+    position: Callable[[], int] | None = None,
+    size: int | None = None,
 ) -> dict[str, Any]:
     """Column summaries of CSV text read row by row.
+
+    Reports progress every CANCEL_CHECK_EVERY_ROWS rows: `position()` bytes
+    read of `size` (None: unknown), and the rows so far.
 
     Returns {"rows": int, "columns": [per-column dict]}. Raises PermanentError
     for malformed CSV or more than MAX_COLUMNS columns; Cancelled when the
@@ -298,6 +321,10 @@ def summarise(
             rows += 1
             if rows % CANCEL_CHECK_EVERY_ROWS == 0:
                 ctx.raise_if_cancelled()
+                if position is not None:
+                    ctx.progress(position(), size, f"{rows:,} rows")
     except csv.Error as exc:
         raise PermanentError(f"malformed CSV near line {reader.line_num}: {exc}") from exc
+    if position is not None:
+        ctx.progress(position(), size or None, f"{rows:,} rows")
     return {"rows": rows, "columns": [c.summary() for c in columns]}

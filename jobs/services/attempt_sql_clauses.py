@@ -28,9 +28,14 @@ def finish_job_set(result: str) -> str:
     waiting_detail = %(waiting_detail)s"""
 
 
-# A job that starts an attempt is no longer waiting (jobs.waiting).
+# A job that starts an attempt is no longer waiting (jobs.waiting), and the
+# progress of an earlier attempt is not this one's (jobs.progress).
 START_NOT_WAITING = """waiting_reason = '',
-    waiting_detail = ''"""
+    waiting_detail = '',
+    progress_done = NULL,
+    progress_total = NULL,
+    progress_message = '',
+    progress_at = NULL"""
 
 
 # The finish applies only while the job runs this attempt and the attempt is unfinished.

@@ -164,12 +164,19 @@ def attempt_start(
         job.lease_expires_at = now + timedelta(
             seconds=policy.hard_time_limit + settings.JOBS_LEASE_GRACE
         )
+        # An earlier attempt's progress is not this one's (jobs.progress).
+        job.progress_done = job.progress_total = job.progress_at = None
+        job.progress_message = ""
         job.save(
             update_fields=[
                 "status",
                 "attempts_made",
                 "started_at",
                 "lease_expires_at",
+                "progress_done",
+                "progress_total",
+                "progress_message",
+                "progress_at",
                 *waiting.apply(job, None),
             ]
         )

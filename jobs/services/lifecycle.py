@@ -53,7 +53,7 @@ def job_cancel(*, job_id: uuid.UUID | str, actor: Any = None, via: str = "API") 
         job = Job.objects.select_for_update().get(id=job_id)
         if job.is_terminal:
             raise InvalidTransition(
-                f"job is {job.status}; only queued, retrying or running jobs can be cancelled"
+                f"job is {job.status}; only queued, delayed, retrying or running jobs can be cancelled"
             )
         was = job.status
         job.status = JobStatus.CANCELLED

@@ -18,7 +18,7 @@ from django.db.models.functions import Now
 from rest_framework.exceptions import ValidationError
 
 from config.celery_app import app
-from jobs import broker, clock, events, selectors, task_names
+from jobs import broker, clock, events, selectors, task_names, waiting
 from jobs.db import close_connections, is_unavailable
 from jobs.errors import IdempotencyConflict, InvalidSubmission, QueueFull
 from jobs.jsonsafe import json_problem
@@ -96,11 +96,16 @@ def job_submit(
     priority: int | None = None,
     idempotency_key: str | None = None,
     user: Any = None,
+    run_after: datetime | None = None,
 ) -> SubmitResult:
     """Validate and durably record a job, then publish it when the transaction commits.
 
     `priority` is Celery's Redis message priority (0 first, 9 last; None
-    for none). Returns SubmitResult(job, created). Raises InvalidSubmission
+    for none). `run_after` (an aware datetime) is the earliest start: when
+    it is later than now the job is recorded `delayed` with nothing
+    published, and the scheduler queues it when due (jobs.services.sweeps);
+    an earlier or equal one starts at once. Returns SubmitResult(job,
+    created). Raises InvalidSubmission
     (unknown kind; bad payload, queue or priority; a payload or key that
     cannot be stored: nested deeper than settings.JOBS_JSON_MAX_DEPTH, a
     lone surrogate, NUL or a non-finite number), IdempotencyConflict (key
@@ -128,6 +133,8 @@ def job_submit(
         )
     if priority is not None and not (isinstance(priority, int) and 0 <= priority <= 9):
         raise InvalidSubmission({"priority": ["Must be an integer from 0 (first) to 9 (last)."]})
+    if run_after is not None and (not isinstance(run_after, datetime) or run_after.tzinfo is None):
+        raise InvalidSubmission({"run_after": ["Must be a date and time with a time zone."]})
     fingerprint = request_fingerprint(kind=kind, queue=queue, payload=validated, priority=priority)
 
     submitter = user if getattr(user, "is_authenticated", False) else None
@@ -145,12 +152,16 @@ def job_submit(
 
     policy = policy_for(kind)
     now = clock.now()
+    delayed = run_after is not None and run_after > now
     job = Job(
         kind=kind,
         queue=queue,
         priority=priority,
         payload=validated,
-        status=JobStatus.QUEUED,
+        status=JobStatus.DELAYED if delayed else JobStatus.QUEUED,
+        run_after=run_after,
+        next_attempt_at=run_after if delayed else None,
+        **waiting.fields(waiting.for_run_after(run_after=run_after) if delayed else None),
         max_attempts=policy.max_attempts,
         idempotency_key=idempotency_key or None,
         request_fingerprint=fingerprint,
@@ -168,7 +179,8 @@ def job_submit(
                 stamped_at = _insert_returning_clock(job)
 
             def committed() -> None:
-                _publish(job, stamped_at=stamped_at, deferred_stamp=True)
+                if not delayed:
+                    _publish(job, stamped_at=stamped_at, deferred_stamp=True)
                 events.job_submitted.send(sender=Job, job=job)
 
             if in_caller_transaction:
@@ -182,7 +194,8 @@ def job_submit(
         else:
             with transaction.atomic():
                 job.save(force_insert=True)
-                transaction.on_commit(lambda: job_publish(job_id=job.id))
+                if not delayed:
+                    transaction.on_commit(lambda: job_publish(job_id=job.id))
                 transaction.on_commit(lambda: events.job_submitted.send(sender=Job, job=job))
     except IntegrityError:
         # Lost a race with a concurrent submission of the same key.

@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 
 
 def retries_promote_due(*, now: datetime | None = None, limit: int = 500) -> int:
-    """Move due `retrying` jobs back to `queued` and publish them on commit.
+    """Move due `retrying` and `delayed` jobs to `queued` and publish them on commit.
 
     Returns how many were promoted. Safe to run in several schedulers at once.
     """
@@ -30,7 +30,7 @@ def retries_promote_due(*, now: datetime | None = None, limit: int = 500) -> int
         )
         if not ids:
             return 0
-        Job.objects.filter(id__in=ids, status=JobStatus.RETRYING).update(
+        Job.objects.filter(id__in=ids, status__in=(JobStatus.RETRYING, JobStatus.DELAYED)).update(
             status=JobStatus.QUEUED,
             next_attempt_at=None,
             enqueued_at=now,

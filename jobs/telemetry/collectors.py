@@ -22,7 +22,8 @@ class QueueDepthCollector(Collector):
 
     jobs_queue_depth{queue, state}: ready (broker lists, every priority
     sub-queue), reserved (delivered to a worker, not yet acknowledged),
-    scheduled (retries waiting in our store), unpublished (the outbox).
+    scheduled (retries waiting in our store), unpublished (the outbox),
+    delayed (jobs waiting for their `run_after`).
     celery_queue_length{queue_name} is the ready part, as celery-exporter
     reports it. jobs_queue_oldest_age_seconds{queue} is the age of the
     oldest queued job. jobs_dead_letters{kind, reason} counts dead jobs now.
@@ -40,7 +41,7 @@ class QueueDepthCollector(Collector):
     """
 
     BROKER_STATES = ("ready", "reserved")
-    DATABASE_STATES = ("scheduled", "unpublished")
+    DATABASE_STATES = ("scheduled", "unpublished", "delayed")
 
     def __init__(self, *, backlog_only: bool = False, close_connection: bool = False) -> None:
         self.backlog_only = backlog_only

@@ -141,3 +141,16 @@ def on_message_lost(job: Job, **_: Any) -> None:
 @receiver(events.leak_suspected)
 def on_leak_suspected(kind: str, resource: str, **_: Any) -> None:
     m.jobs_leak_suspected_total.labels(kind, resource).inc()
+
+
+@receiver(events.attempt_progress)
+def on_attempt_progress(kind: str, queue: str, ratio: float | None, **_: Any) -> None:
+    if ratio is not None:
+        m.jobs_attempt_progress_ratio.labels(kind, queue).set(ratio)
+
+
+@receiver(events.attempt_finished)
+def on_attempt_finished_progress(job: Job, **_: Any) -> None:
+    # Only a series this process wrote: 0 again, so the gauge shows running attempts alone.
+    if (job.kind, job.queue) in m.jobs_attempt_progress_ratio._metrics:
+        m.jobs_attempt_progress_ratio.labels(job.kind, job.queue).set(0)

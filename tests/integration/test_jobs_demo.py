@@ -61,7 +61,12 @@ def test_jobs_demo_says_what_it_does_on_purpose_and_why_its_jobs_died(
     )
     out = done.stdout
 
-    # then after its table it says what it arranged, with the deferral it ran with ...
+    # then its table has a Django @task's column and the jobs that reported progress (issue 22)
+    assert "example.tasks.slugify_titles" in out, out
+    (progress_row,) = [line for line in out.splitlines() if line.startswith("| reported progress")]
+    assert int(progress_row.split("|")[2]) >= 1, out
+
+    # and after its table it says what it arranged, with the deferral it ran with ...
     assert "| dead: error " in out, out
     notes = out[out.index("What this demo does on purpose:") :]
     assert "20 webhooks (up to 6 attempts each) go to a receiver that fails 30%" in notes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -108,8 +109,14 @@ def test_large_selection_runs_as_background_jobs(
 
     # when a worker runs them (the kind's code, as the runner would call it)
     for job in bulk:
-        result = get_kind("admin.bulk_action").run(job.payload, _ctx(job))
+        reports: list[tuple[float, float | None, str]] = []
+        ctx = replace(_ctx(job), progress_sink=lambda *report, r=reports: r.append(report))
+        result = get_kind("admin.bulk_action").run(job.payload, ctx)
         assert result["skipped"] == result["missing"] == 0
+        # and each reports its progress, ending at all of its jobs
+        size = len(job.payload["job_ids"])
+        assert [done for done, _, _ in reports] == list(range(size + 1))
+        assert reports[-1] == (size, size, f"requeue: {size} of {size} jobs")
 
     # then every dead job is queued, and its History names the user and the bulk job
     assert {j.status for j in Job.objects.filter(id__in=[d.id for d in dead])} == {"queued"}

@@ -56,4 +56,4 @@ def test_api_schema_documents_waiting_with_its_reasons(api_client: APIClient) ->
     reasons = schema["components"]["schemas"][
         waiting["properties"]["reason"]["$ref"].rsplit("/", 1)[1]
     ]
-    assert set(reasons["enum"]) == {"backoff", "retry_after", "retry_budget"}
+    assert set(reasons["enum"]) == {"backoff", "retry_after", "retry_budget", "run_after"}

@@ -25,6 +25,7 @@ from devstack import workload_notes
 from devstack.receiver import WebhookReceiver
 from devstack.workload import (
     ACTIVE,
+    TASK_KIND,
     ApiClient,
     JobSpec,
     Mix,
@@ -40,7 +41,8 @@ from devstack.workload import (
 )
 from jobs.kinds import policy_for
 
-KINDS = ("webhook.deliver", "report.csv_summary", "demo.flaky")
+# The last is a Django @task of the example app (jobs.taskbackend): its dotted path is its kind.
+KINDS = ("webhook.deliver", "report.csv_summary", "demo.flaky", TASK_KIND)
 
 
 class Command(BaseCommand):
@@ -173,6 +175,7 @@ def render_table(total: Stats, by_kind: dict[str, Stats], *, rss: PeakRss) -> st
         row("not terminal", lambda s: s.unsettled),
         row("attempts", lambda s: s.attempts),
         row("retries", lambda s: s.retries),
+        row("reported progress", lambda s: s.with_progress),
         row("end-to-end p50 (s)", lambda s: seconds(s.p50_seconds)),
         row("end-to-end p95 (s)", lambda s: seconds(s.p95_seconds)),
         ["worker RSS at start (MiB)", mib(rss.first_bytes), *("" for _ in by_kind)],
