@@ -58,7 +58,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="P1's databases (others use PostgreSQL)",
     )
     parser.add_argument("--runs", type=int, help="runs of each variant (default 3; quick 1)")
-    parser.add_argument("--jobs", type=int, help="P1 jobs per run (default 1500; quick 20)")
+    parser.add_argument("--jobs", type=int, help="P1 jobs per run (default 4000; quick 20)")
     parser.add_argument("--pending", type=int, help="P3 pending retries (default 20000; quick 200)")
     parser.add_argument("--requests", type=int, help="P2 requests per run (default 3000; quick 60)")
     parser.add_argument(
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = Options(
         quick=quick,
         runs=args.runs or (1 if quick else 3),
-        jobs=args.jobs or (20 if quick else 1500),
+        jobs=args.jobs or (20 if quick else 4000),
         dbs=["postgres", "sqlite"] if args.db == "both" else [args.db],
         admin_url=admin_url,
         logroot=logroot,
