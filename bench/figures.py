@@ -126,14 +126,24 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 def interleave(
-    runs: int, steps: Iterable[tuple[str, Callable[[], float]]]
+    runs: int,
+    steps: Iterable[tuple[str, Callable[[], float]]],
+    *,
+    fewer: dict[str, int] | None = None,
 ) -> dict[str, list[float]]:
-    """Run each (name, measure) in turn, `runs` times (A B A B ...); {name: samples}."""
+    """Run each (name, measure) in turn, `runs` times (A B A B ...); {name: samples}.
+
+    `fewer` gives some steps fewer runs (they join the first rounds only).
+    """
     pairs = list(steps)
+    limits = fewer or {}
     samples: dict[str, list[float]] = {name: [] for name, _ in pairs}
     for n in range(runs):
         for name, measure in pairs:
+            own = min(runs, limits.get(name, runs))
+            if n >= own:
+                continue
             value = measure()
             samples[name].append(value)
-            print(f"  run {n + 1}/{runs} {name}: {fmt(value)}", flush=True)
+            print(f"  run {n + 1}/{own} {name}: {fmt(value)}", flush=True)
     return samples
