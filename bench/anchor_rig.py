@@ -63,11 +63,12 @@ class Anchor:
         self.stack.commands[name] = argv
         env = {"ANCHOR_DB_REUSE_MAX": str(reuse_max)} if reuse_max else {}
         process = self.stack.start(name, env=env)
+        offset = len(process.log())  # the log file is shared by every worker of this name
 
         def ready() -> bool:
             if not process.alive():
                 raise RuntimeError(f"{name} exited early:\n{process.log()[-3000:]}")
-            return " ready." in process.log()
+            return " ready." in process.log()[offset:]
 
         wait_for(ready, timeout=120, what=f"{name} ready")
         return process
