@@ -1,16 +1,18 @@
 """`make bench` = `python -m bench`: the platform against its baselines, interleaved, in one run.
 
-    .venv/bin/python -m bench                     # everything, full sizes (≤ 20 min on 2 cores)
+    .venv/bin/python -m bench                     # everything, full sizes (≤ 25 min on 2 cores)
     .venv/bin/python -m bench p1 p2 --runs 3      # a selection
     .venv/bin/python -m bench --quick --no-record # the smoke test's sizes
     .venv/bin/python -m bench --profile           # py-spy on a worker child during a drain
 
 Benchmarks: p1 (drain, PostgreSQL and SQLite), storm (every attempt fails
 and retries), p2 (enqueue), p3 (pending retries), p4 (/metrics after
-recycles), p5 (web p99 beside CPU-heavy jobs), memory (idle RSS). Each
-prints its runs as they finish; at the end a table (median, min, max,
-ratio to its baseline) and the targets of issue 12 as PASS/MISS with the
-ratio. Unless --no-record, the figures, the command, versions, date and
+recycles), p5 (web p99 beside CPU-heavy jobs), memory (idle RSS). The
+baselines: stock Celery without Django (bench/stock_app.py) and the anchor,
+an ordinary Django project with stock Celery and django-celery-results
+(bench/anchor). Each prints its runs as they finish; at the end a table
+(median, min, max, ratio to its baseline) and the targets of issues 12
+and 20 as PASS/MISS with the ratio. Unless --no-record, the figures, the command, versions, date and
 load average are appended to docs/benchmarks.md.
 
 Needs PostgreSQL (127.0.0.1:5432, user postgres, trust auth, or the
@@ -58,7 +60,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="P1's databases (others use PostgreSQL)",
     )
     parser.add_argument("--runs", type=int, help="runs of each variant (default 3; quick 1)")
-    parser.add_argument("--jobs", type=int, help="P1 jobs per run (default 1500; quick 20)")
+    parser.add_argument("--jobs", type=int, help="P1 jobs per run (default 4000; quick 20)")
     parser.add_argument("--pending", type=int, help="P3 pending retries (default 20000; quick 200)")
     parser.add_argument("--requests", type=int, help="P2 requests per run (default 3000; quick 60)")
     parser.add_argument(
@@ -108,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = Options(
         quick=quick,
         runs=args.runs or (1 if quick else 3),
-        jobs=args.jobs or (20 if quick else 1500),
+        jobs=args.jobs or (20 if quick else 4000),
         dbs=["postgres", "sqlite"] if args.db == "both" else [args.db],
         admin_url=admin_url,
         logroot=logroot,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -126,14 +127,27 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 def interleave(
-    runs: int, steps: Iterable[tuple[str, Callable[[], float]]]
+    runs: int,
+    steps: Iterable[tuple[str, Callable[[], float]]],
+    *,
+    fewer: dict[str, int] | None = None,
 ) -> dict[str, list[float]]:
-    """Run each (name, measure) in turn, `runs` times (A B A B ...); {name: samples}."""
+    """Run each (name, measure) in turn, `runs` times (A B A B ...); {name: samples}.
+
+    `fewer` gives some steps fewer runs (they join the first rounds only).
+    Each run's line gives its wall time too (set-up included), for `make bench`'s budget.
+    """
     pairs = list(steps)
+    limits = fewer or {}
     samples: dict[str, list[float]] = {name: [] for name, _ in pairs}
     for n in range(runs):
         for name, measure in pairs:
+            own = min(runs, limits.get(name, runs))
+            if n >= own:
+                continue
+            began = time.monotonic()
             value = measure()
             samples[name].append(value)
-            print(f"  run {n + 1}/{runs} {name}: {fmt(value)}", flush=True)
+            took = time.monotonic() - began
+            print(f"  run {n + 1}/{own} {name}: {fmt(value)} ({took:.0f} s)", flush=True)
     return samples

@@ -1,10 +1,13 @@
-"""Memory: idle RSS of each platform process against stock Celery's main process and child.
+"""Memory: idle RSS of each platform process against the anchor's and stock Celery's worker.
 
 Per run, fresh processes: the platform's web (gunicorn master and its 2
 workers), worker (main and 2 children) and scheduler, on PostgreSQL, after
-20 no-op jobs; then a stock Celery worker (bench.stock_app, tracked, 2
-children) after 20 no-op tasks. Each figure is the median of 2 s of RSS
-samples (MiB, shared pages counted in each process, as `ps` shows them).
+20 no-op jobs; then the anchor's worker (bench/anchor: Django +
+django-celery-results, with CELERY_DB_REUSE_MAX, so its children keep a
+database connection as the platform's do; 2 children) after 20 no-op
+tasks; then a stock Celery worker (bench.stock_app, tracked, 2 children)
+after 20 no-op tasks. Each figure is the median of 2 s of RSS samples (MiB,
+shared pages counted in each process, as `ps` shows them).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import redis
 
 from bench import stock_app
+from bench.anchor_rig import QUEUE, REUSE_MAX, Anchor
 from bench.figures import Report, Row, Verdict, ratio
 from bench.processes import children, settle_rss
 from bench.rig import Options, Rig
@@ -63,9 +67,28 @@ def _stock(stack: Stack, url: str, settle: float) -> dict[str, list[float]]:
     return found
 
 
+def _anchor(anchor: Anchor, settle: float) -> dict[str, list[float]]:
+    worker = anchor.start_worker(reuse_max=REUSE_MAX, name="anchor-memory")
+    anchor.publish("anchor.noop", 20)
+    wait_for(
+        lambda: anchor.redis.llen(QUEUE) == 0 and anchor.redis.hlen("unacked") == 0,
+        timeout=60,
+        what="anchor warm-up",
+    )
+    pool = wait_for(
+        lambda: children(worker.pid)[:2] if len(children(worker.pid)) >= 2 else None,
+        timeout=60,
+        what="anchor pool",
+    )
+    found = settle_rss({"anchor main": [worker.pid], "anchor child": pool}, seconds=settle)
+    anchor.stop(worker)
+    return found
+
+
 def run(opts: Options, report: Report) -> None:
     """Measure idle RSS; rows and the child verdict go to `report`."""
     rig = Rig(opts, "memory")
+    anchor = Anchor(opts, "memory")
     stack = Stack(env={}, logdir=opts.logroot / "memory_stock")
     url = opts.redis_url()
     samples: dict[str, list[float]] = {}
@@ -73,6 +96,7 @@ def run(opts: Options, report: Report) -> None:
     for n in range(opts.runs):
         for name, measure in (
             ("platform", lambda: _platform(rig)),
+            ("anchor", lambda: _anchor(anchor, opts.settle)),
             ("stock", lambda: _stock(stack, url, opts.settle)),
         ):
             found = measure()
@@ -80,7 +104,12 @@ def run(opts: Options, report: Report) -> None:
                 samples.setdefault(key, []).extend(values)
             shown = ", ".join(f"{k} {'/'.join(f'{v:.1f}' for v in vs)}" for k, vs in found.items())
             print(f"  run {n + 1}/{opts.runs} {name}: {shown} MiB", flush=True)
-    baselines = {"worker main": "stock main", "worker child": "stock child"}
+    baselines = {
+        "worker main": "anchor main",
+        "worker child": "anchor child",
+        "anchor main": "stock main",
+        "anchor child": "stock child",
+    }
     for key, values in samples.items():
         report.add(
             Row(
@@ -92,6 +121,15 @@ def run(opts: Options, report: Report) -> None:
                 higher_is_better=False,
             )
         )
+    child = report.median("Memory idle RSS", "worker child")
+    report.verdicts.append(
+        Verdict(
+            "Memory idle worker child vs the anchor's child (issue 20)",
+            ratio(child, report.median("Memory idle RSS", "anchor child")),
+            1.15,
+            False,
+        )
+    )
     report.verdicts.append(
         Verdict(
             "Memory idle worker child vs stock child",

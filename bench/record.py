@@ -60,7 +60,7 @@ def render(
         "",
         report.table() if report.rows else "(no figures)",
         "",
-        "Targets (issue 12), ratio of medians unless the line says otherwise:",
+        "Targets (issue 12; issue 20 where marked), ratio of medians unless the line says otherwise:",
         "",
         *(f"- {v.line()}" for v in report.verdicts),
     ]

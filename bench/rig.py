@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 import redis
@@ -30,6 +30,12 @@ TOKEN_SCRIPT = (
     "Token; u, _ = User.objects.get_or_create(username='bench'); "
     "print('TOKEN=' + Token.objects.get_or_create(user=u)[0].key)"
 )
+
+
+class Closable(Protocol):
+    """A platform or baseline a benchmark started (Rig, bench.anchor_rig.Anchor)."""
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -53,7 +59,7 @@ class Options:
     # Remarks a benchmark wants printed and recorded under the table.
     notes: list[str] = field(default_factory=list)
     # Every Rig made, so the caller closes them even when a benchmark fails midway.
-    rigs: list[Rig] = field(default_factory=list)
+    rigs: list[Closable] = field(default_factory=list)
     _next_db: list[int] = field(default_factory=lambda: [0])
 
     def redis_url(self) -> str:

@@ -67,8 +67,8 @@ def configure(broker_url: str, *, tracked: bool) -> Celery:
     return app
 
 
-def publish(name: str, count: int, **options: Any) -> None:
-    """Publish `count` messages of task `name` to the broker `configure` set, over one connection.
+def publish(name: str, count: int, *, queue: str = "stock", **options: Any) -> None:
+    """Publish `count` messages of task `name` to `queue` on the broker `configure` set, over one connection.
 
     The connection is made here: Celery's producer pool keeps publishing to
     the first broker it connected to, even after app.close() and a new
@@ -78,4 +78,4 @@ def publish(name: str, count: int, **options: Any) -> None:
     with app.connection_for_write(_publisher["broker_url"] or None) as connection:
         producer = app.amqp.Producer(connection)
         for _ in range(count):
-            app.send_task(name, producer=producer, queue="stock", **options)
+            app.send_task(name, producer=producer, queue=queue, **options)

@@ -21,11 +21,14 @@ def start_stock_worker(
         argv += ["-E", "--prefetch-multiplier", "1"]
     stack.commands[name] = argv
     process = stack.start(name)
+    # The log file is appended to by every worker of this name: only this one's lines count
+    # (an earlier run's " ready." made later runs' timing start before the worker booted).
+    offset = len(process.log())
 
     def ready() -> bool:
         if not process.alive():
             raise RuntimeError(f"{name} exited early:\n{process.log()[-3000:]}")
-        return " ready." in process.log()
+        return " ready." in process.log()[offset:]
 
     wait_for(ready, timeout=120, what=f"{name} ready")
     return process

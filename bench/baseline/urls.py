@@ -6,7 +6,6 @@ from bench.baseline import views
 from config.urls import urlpatterns as platform_urlpatterns
 
 urlpatterns = [
-    path("bench/handwritten/", views.HandwrittenSubmit.as_view()),
     path("bench/bare/", views.bare_delay),
     path("bench/inprocess/cpu/", views.inprocess_cpu),
     *platform_urlpatterns,

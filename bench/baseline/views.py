@@ -1,4 +1,7 @@
-"""Baseline views: what a user would write instead of `POST /api/jobs/` (P2), and an in-process pool (P5)."""
+"""Baseline views in the platform's web: a bare `delay()` (P2) and an in-process pool (P5).
+
+P2's hand-written baseline is a separate Django project (bench/anchor).
+"""
 
 from __future__ import annotations
 
@@ -7,39 +10,11 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from rest_framework import serializers, status
-from rest_framework.request import Request
-from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from bench.baseline.cpu import burn
 from bench.stock_tasks import stock_noop
-from jobs.models import Job
-
-
-class HandwrittenSerializer(serializers.Serializer):
-    kind = serializers.CharField(max_length=100)
-    payload = serializers.JSONField()
-
-
-class HandwrittenSubmit(APIView):
-    """Token-authenticated (the project's DRF defaults): insert a row, `delay()` on commit, 202."""
-
-    def post(self, request: Request) -> Response:
-        serializer = HandwrittenSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        with transaction.atomic():
-            job = Job.objects.create(
-                kind=serializer.validated_data["kind"],
-                payload=serializer.validated_data["payload"],
-                max_attempts=1,
-                request_fingerprint="",
-            )
-            transaction.on_commit(stock_noop.delay)
-        return Response({"id": str(job.pk)}, status=status.HTTP_202_ACCEPTED)
 
 
 @csrf_exempt

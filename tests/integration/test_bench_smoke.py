@@ -1,7 +1,8 @@
 """`python -m bench --quick` runs and prints numbers (not the targets: see docs/benchmarks.md).
 
-The default run covers P1 (PostgreSQL, stock tracked and defaults) and P2
-in about 30 s; the other benchmarks' quick sizes run under `pytest -m soak`
+The default run covers P1 (PostgreSQL; stock tracked and defaults; the
+Django + django-celery-results anchor with and without CELERY_DB_REUSE_MAX)
+and P2 (with the hand-written Django app) in about a minute; the other benchmarks' quick sizes run under `pytest -m soak`
 (each starts several platforms, together a few minutes on 2 cores).
 """
 
@@ -43,17 +44,32 @@ def median_of(out: str, bench: str, variant: str) -> float:
     return float(match.group(1).replace(",", ""))
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 @pytest.mark.slow
 def test_quick_p1_p2_print_numbers_and_verdicts() -> None:
-    out = run_bench("p1", "p2", "--db", "postgres", timeout=110)
-    for variant in ("platform-pg", "stock-tracked", "stock-defaults"):
+    out = run_bench("p1", "p2", "--db", "postgres", timeout=170)
+    for variant in (
+        "platform-pg",
+        "stock-tracked",
+        "stock-defaults",
+        "anchor-reuse",
+        "anchor-defaults",
+    ):
         assert median_of(out, "P1", variant) > 0
     for variant in ("platform", "handwritten", "bare"):
         assert median_of(out, "P2 rate", variant) > 0
         assert median_of(out, "P2 p99", variant) > 0
-    assert re.search(r"^- (PASS|MISS)  P1 PostgreSQL vs stock tracked: " + NUMBER, out, re.M)
-    assert re.search(r"^- (PASS|MISS)  P2 p99 vs handwritten: " + NUMBER, out, re.M)
+    assert re.search(
+        r"^- (PASS|MISS)  P1 PostgreSQL vs Django \+ django-celery-results with "
+        r"CELERY_DB_REUSE_MAX \(issue 20\): " + NUMBER,
+        out,
+        re.M,
+    )
+    assert re.search(
+        r"^- (PASS|MISS)  P1 PostgreSQL vs stock tracked \(issue 20\): " + NUMBER, out, re.M
+    )
+    assert re.search(r"^P1 size: 20 jobs .* child recycling is not reached", out, re.M)
+    assert re.search(r"^P2 vs the hand-written Django app .* p99 " + NUMBER, out, re.M)
 
 
 @pytest.mark.soak
@@ -62,6 +78,7 @@ def test_quick_everything_else_prints_numbers() -> None:
     out = run_bench("storm", "p3", "p4", "p5", "memory", timeout=880)
     assert median_of(out, "P1", "platform-storm") > 0
     assert median_of(out, "P1", "stock-storm") > 0
+    assert median_of(out, "P1", "anchor-storm") > 0
     assert median_of(out, "P3 worker RSS idle", "platform") > 0
     assert median_of(out, "P3 fresh latency pending", "stock") > 0
     assert median_of(out, "P4 worker /metrics", "after recycles") > 0
@@ -69,6 +86,11 @@ def test_quick_everything_else_prints_numbers() -> None:
     assert median_of(out, "P5 web p99", "platform loaded") > 0
     assert median_of(out, "Memory idle RSS", "worker child") > 0
     assert median_of(out, "Memory idle RSS", "stock child") > 0
+    assert median_of(out, "Memory idle RSS", "anchor child") > 0
+    assert re.search(
+        r"^- (PASS|MISS)  P1 storm vs own success path \(postgres\) \(issue 20\): ", out, re.M
+    )
+    assert re.search(r"^- (PASS|MISS)  Memory idle worker child vs the anchor's child ", out, re.M)
 
 
 def test_bad_benchmark_name_is_one_readable_line() -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
-from bench.figures import Report, Row, Verdict, percentile
+from bench.figures import Report, Row, Verdict, interleave, percentile
+from bench.p1_drain import recycling_line
 from bench.profiling import summarize
 
 
@@ -45,3 +47,23 @@ def test_profile_summary_trims_the_pool_loop_and_counts_shares(tmp_path: Path) -
     assert "| 100.0% | `execute_attempt (jobs/runner.py)` |" in summary
     assert "| 75.0% | `wait (psycopg/connection.py)` |" in summary
     assert "main (celery" not in summary
+
+
+def test_interleave_gives_fewer_runs_to_the_steps_named_and_keeps_the_order() -> None:
+    calls: list[str] = []
+
+    def step(name: str) -> tuple[str, Callable[[], float]]:
+        def measure() -> float:
+            calls.append(name)
+            return float(len(calls))
+
+        return name, measure
+
+    samples = interleave(3, [step("a"), step("b"), step("c")], fewer={"b": 1})
+    assert calls == ["a", "b", "c", "a", "c", "a", "c"]
+    assert [len(samples[n]) for n in "abc"] == [3, 1, 3]
+
+
+def test_recycling_line_says_whether_p1_reaches_two_recycles_per_child() -> None:
+    assert "every child of the platform's worker is recycled" in recycling_line(4000, True)
+    assert "not reached (it takes 4000 jobs" in recycling_line(1500, False)
