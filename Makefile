@@ -67,7 +67,7 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: $(STAMP)  ## the platform against stock Celery and hand-written baselines, P1-P5 and memory (≤ 20 min; appends to docs/benchmarks.md)
+bench: $(STAMP)  ## the platform against stock Celery and hand-written baselines, P1-P5 and memory (~21-33 min on 2 cores by the machine's speed, estimated in docs/benchmarks.md; appends to it)
 	$(BIN)/python -m bench
 
 fuzz: $(STAMP)  ## 10,000 generated requests against a live API (bench/fuzz_api.py)
