@@ -171,6 +171,8 @@ def matrix_platform(*, logroot: Path, workdir: Path) -> Iterator[Matrix]:
             env={
                 "FLOWER_BASIC_AUTH": ":".join(FLOWER_AUTH),
                 "FLOWER_DB": str(workdir / "flower.db"),
+                # As compose and `make up` run it (prometheus.yml scrapes /flower/metrics).
+                "FLOWER_URL_PREFIX": "flower",
             },
         )
         matrix = Matrix(
@@ -184,7 +186,7 @@ def matrix_platform(*, logroot: Path, workdir: Path) -> Iterator[Matrix]:
         )
         matrix.start_workers(HOSTS)
         wait_for(
-            lambda: answers(f"http://127.0.0.1:{flower_port}/healthcheck"),
+            lambda: answers(f"http://127.0.0.1:{flower_port}/flower/healthcheck"),
             timeout=60,
             what="flower",
         )
