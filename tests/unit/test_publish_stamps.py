@@ -148,9 +148,16 @@ def test_writer_does_not_wait_its_delay_while_a_full_batch_is_pending(
     monkeypatch.setattr(publish_stamps, "close_old_connections", lambda: None)
     writer = StampWriter()
 
-    # when two and a half batches' worth arrive at once
+    # when two and a half batches' worth are pending as its thread starts (queued
+    # with the thread held back: a loaded machine could otherwise still be adding
+    # when the first batch's delay ends, and the second batch would not be full)
+    start_thread = writer._ensure_thread
+    monkeypatch.setattr(writer, "_ensure_thread", lambda: None)
     for _ in range(2 * publish_stamps.MAX_BATCH + 100):
         writer.add(uuid.uuid4(), 1)
+    with writer._lock:
+        start_thread()
+        writer._wake.notify_all()
     wait_for(lambda: writer.pending() == 0, timeout=20, what="all written")
 
     # then the second full batch followed the first without the delay between
