@@ -95,6 +95,8 @@ class Leadership:
     next_try: float = 0.0
     # Changes of state seen by this process (taken, lost), for logs and tests.
     transitions: int = 0
+    # Whether the last renewal attempt that answered held the lease.
+    held: bool = False
 
     @property
     def leading(self) -> bool:
@@ -110,7 +112,7 @@ class Leadership:
         now = self.clock()
         if now < self.next_try:
             return self.leading
-        was_leading = self.leading
+        was_leading = self.held and self.leading
         # Retry at the renewal pace whatever happens below.
         self.next_try = now + self.renew_seconds
         held = lease_take(name=self.name, holder=self.identity, seconds=self.lease_seconds)
@@ -119,9 +121,10 @@ class Leadership:
             self.transitions += 1
             row = lease_holder(name=self.name)
             logger.warning("scheduler %s leads (term %s)", self.identity, row.term if row else "?")
-        elif was_leading and not held:
+        elif self.held and not held:
             self.transitions += 1
             logger.warning("scheduler %s lost the lease: standing by", self.identity)
+        self.held = held
         return held
 
     def release(self) -> None:
@@ -129,6 +132,7 @@ class Leadership:
         if not self.leading:
             return
         self.valid_until = 0.0
+        self.held = False
         try:
             lease_release(name=self.name, holder=self.identity)
         except Exception as exc:  # shutting down: the lease then expires on its own
