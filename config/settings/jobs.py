@@ -145,7 +145,7 @@ JOBS_CANCEL_TTL: int = env.int("JOBS_CANCEL_TTL", default=3600)
 # "budget". The counter lives in REDIS_URL
 # (default: the broker's); a decision that cannot reach it within TIMEOUT
 # seconds keeps its normal backoff and counts jobs_retry_budget_fallback_total.
-JOBS_RETRY_BUDGET_WINDOW: float = env.float("JOBS_RETRY_BUDGET_WINDOW", default=30.0)
+JOBS_RETRY_BUDGET_WINDOW: float = env.float("JOBS_RETRY_BUDGET_WINDOW", default=60.0)
 JOBS_RETRY_BUDGET_RATIO: float = env.float("JOBS_RETRY_BUDGET_RATIO", default=0.2)
 JOBS_RETRY_BUDGET_FLOOR: int = env.int("JOBS_RETRY_BUDGET_FLOOR", default=10)
 JOBS_RETRY_BUDGET_MAX_DEFERRAL: float = env.float("JOBS_RETRY_BUDGET_MAX_DEFERRAL", default=300.0)
