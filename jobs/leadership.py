@@ -67,7 +67,7 @@ def lease_take(*, name: str, holder: str, seconds: float) -> bool:
 def lease_release(*, name: str, holder: str) -> bool:
     """End `holder`'s lease now, so a standby takes over at its next try; True when it was held."""
     return bool(
-        SchedulerLease.objects.filter(name=name, holder=holder).update(expires_at=Now(), holder="")
+        SchedulerLease.objects.filter(name=name, holder=holder).update(expires_at=None, holder="")
     )
 
 
