@@ -210,9 +210,12 @@ class Stack:
         wait_for(ready, timeout=timeout, what="celery worker ready")
         return process
 
-    def start_scheduler(self, *extra: str) -> Process:
-        """Start the scheduler; returns once it logs that it started."""
-        process = self.start("scheduler", *extra)
+    def start_scheduler(
+        self, *extra: str, env: dict[str, str] | None = None, log_name: str | None = None
+    ) -> Process:
+        """Start a scheduler (another one with its own `log_name` and metrics port in `env`);
+        returns once it logs that it started."""
+        process = self.start("scheduler", *extra, env=env, log_name=log_name)
         wait_for(
             lambda: (
                 "scheduler started" in process.log() or (not process.alive() and _raise(process))

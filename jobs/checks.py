@@ -27,6 +27,9 @@ check (config.startup); `python manage.py check` lists them all.
   import order.
 - jobs.E014 (jobs.taskbackend.JobsBackend.check, run by Django's Tasks
   checks): the TASKS backend's QUEUES name a queue not in JOBS_QUEUES.
+- jobs.E021: JOBS_SCHEDULER_LEASE_SECONDS, JOBS_SCHEDULER_RENEW_SECONDS or
+  JOBS_OUTBOX_CLAIM_SECONDS is not above 0, or the renewal is not shorter
+  than the lease: the leader would lose its lease between two renewals.
 - jobs.W001: JOBS_KIND_OVERRIDES names a kind that is not registered (a
   typo, or a fault kind while JOBS_FAULT_KINDS is off).
 """
@@ -220,6 +223,32 @@ def check_broker_liveness(app_configs: Any, **kwargs: Any) -> list[CheckMessage]
         for name, value in rules
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
     ]
+
+
+@register()
+def check_scheduler_lease(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    """Lease, renewal and outbox claim are seconds above 0, and the renewal is below the lease."""
+    rules = [
+        ("JOBS_SCHEDULER_LEASE_SECONDS", settings.JOBS_SCHEDULER_LEASE_SECONDS),
+        ("JOBS_SCHEDULER_RENEW_SECONDS", settings.JOBS_SCHEDULER_RENEW_SECONDS),
+        ("JOBS_OUTBOX_CLAIM_SECONDS", settings.JOBS_OUTBOX_CLAIM_SECONDS),
+    ]
+    errors: list[CheckMessage] = [
+        Error(f"{name} is {value!r}; it must be a number of seconds above 0", id="jobs.E021")
+        for name, value in rules
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
+    ]
+    lease, renew = rules[0][1], rules[1][1]
+    if not errors and renew >= lease:
+        errors.append(
+            Error(
+                f"JOBS_SCHEDULER_RENEW_SECONDS ({renew:g}) must be below "
+                f"JOBS_SCHEDULER_LEASE_SECONDS ({lease:g}): the leader would lose its lease "
+                "between two renewals (docs/scheduler.md)",
+                id="jobs.E021",
+            )
+        )
+    return errors
 
 
 @register()

@@ -105,6 +105,11 @@ class Job(models.Model):
     progress_total = models.FloatField(null=True, blank=True)
     progress_message = models.CharField(max_length=200, blank=True, default="")
     progress_at = models.DateTimeField(null=True, blank=True)
+    # The scheduler that claimed this unpublished row, and until when (the
+    # database's clock): no other scheduler publishes it meanwhile
+    # (jobs.outbox_claim). Only read while `published_at` is NULL.
+    publish_claimed_by = models.CharField(max_length=200, blank=True, default="")
+    publish_claimed_until = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     dead_reason = models.CharField(max_length=16, choices=DeadReason, blank=True, default="")
@@ -234,3 +239,21 @@ class RateWindow(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} from {self.window_start}: {self.hits}"
+
+
+class SchedulerLease(models.Model):
+    """Which scheduler leads (jobs.leadership): one row per `name`, judged by the database's clock.
+
+    `holder` leads while `expires_at` (the database's now() plus the lease
+    length at its last renewal) is in the future; `term` grows by one at each
+    change of holder and `acquired_at` is when the holder took it.
+    """
+
+    name = models.CharField(max_length=50, primary_key=True)
+    holder = models.CharField(max_length=200, blank=True, default="")
+    term = models.PositiveBigIntegerField(default=0)
+    acquired_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.holder or 'nobody'} (term {self.term})"

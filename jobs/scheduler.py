@@ -1,7 +1,10 @@
 """The scheduler loop: promotes due retries, sweeps the outbox, lost messages and expired leases.
 
 Retries wait here, in the database, not as delayed messages inside a worker, so
-worker memory and prefetch stay flat however many retries are pending.
+worker memory and prefetch stay flat however many retries are pending. Any
+number of schedulers may run: only the one holding the lease (jobs.leadership)
+runs the passes, the others renew nothing and try to take the lease as often
+as the leader renews it (docs/scheduler.md).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
 from jobs import broker, selectors, services
+from jobs.leadership import Leadership, process_identity
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +65,7 @@ class LostMessageWatch:
         """Forget every sighting (the next suspects need two checks again)."""
         self.pending = {}
 
-    def check(self, *, publish_limit: int) -> int:
+    def check(self, *, publish_limit: int, claimer: str = "") -> int:
         """Run a check when one is due; returns how many jobs were put back for publishing.
 
         Publishes at most `publish_limit` of them at once (outbox_sweep does
@@ -96,24 +100,40 @@ class LostMessageWatch:
         self.pending = found
         if not confirmed:
             return 0
-        return services.lost_messages_republish(suspects=confirmed, publish_limit=publish_limit)
+        return services.lost_messages_republish(
+            suspects=confirmed, publish_limit=publish_limit, claimer=claimer
+        )
 
 
 def sweep(
-    *, batch: int, watch: BrokerRestartWatch, lost: LostMessageWatch, judge_leases: bool = True
+    *,
+    batch: int,
+    watch: BrokerRestartWatch,
+    lost: LostMessageWatch,
+    judge_leases: bool = True,
+    leadership: Leadership | None = None,
 ) -> None:
     """One pass of the slower sweeps: a broker restart, the outbox, expired leases, lost messages.
 
     `judge_leases` False skips the lease sweep (just after a database
     outage, while workers still write the outcomes they kept on disk).
+    With `leadership`, each step runs only while this process still leads
+    (the lease is renewed between steps when due) and claims rows in its name.
     """
+
+    def leading() -> bool:
+        return leadership is None or leadership.hold()
+
+    claimer = leadership.identity if leadership is not None else ""
     now = selectors.database_now()
     if watch.restarted():
         logger.warning("broker restarted (new run_id): republishing every queued job")
-        while services.outbox_reopen(published_before=now, limit=batch) == batch:
+        while leading() and services.outbox_reopen(published_before=now, limit=batch) == batch:
             pass
         lost.reset()
-    services.outbox_sweep(limit=batch)
+    if not leading():
+        return
+    services.outbox_sweep(limit=batch, claimer=claimer)
     # Outcomes the runner could not write go in before any lease is judged
     # expired: a spooled attempt ended; it must not be taken for a lost one.
     try:
@@ -123,14 +143,34 @@ def sweep(
     except Exception as exc:  # Redis unreachable: no lease is judged until it is back
         logger.warning("spooled outcomes not read: %s", exc)
         return
-    if judge_leases:
+    if judge_leases and leading():
         services.leases_expire(limit=batch)
-    lost.check(publish_limit=batch)
+    if leading():
+        lost.check(publish_limit=batch, claimer=claimer)
 
 
-def run_scheduler(*, stop: threading.Event, interval: float | None = None) -> None:
-    """Loop until `stop` is set. `interval` (seconds) defaults to JOBS_SCHEDULER_INTERVAL."""
+def scheduler_leadership() -> Leadership:
+    """A Leadership for this process from JOBS_SCHEDULER_LEASE_SECONDS / _RENEW_SECONDS."""
+    return Leadership(
+        identity=process_identity(),
+        lease_seconds=settings.JOBS_SCHEDULER_LEASE_SECONDS,
+        renew_seconds=settings.JOBS_SCHEDULER_RENEW_SECONDS,
+    )
+
+
+def run_scheduler(
+    *,
+    stop: threading.Event,
+    interval: float | None = None,
+    leadership: Leadership | None = None,
+) -> None:
+    """Loop until `stop` is set, leading while `leadership` holds the lease (a new one when None).
+
+    `interval` (seconds) defaults to JOBS_SCHEDULER_INTERVAL. The lease is
+    released when the loop ends, so a standby leads at its next try.
+    """
     interval = settings.JOBS_SCHEDULER_INTERVAL if interval is None else interval
+    leadership = leadership or scheduler_leadership()
     batch = settings.JOBS_SCHEDULER_BATCH
     watch = BrokerRestartWatch()
     lost = LostMessageWatch()
@@ -139,29 +179,40 @@ def run_scheduler(*, stop: threading.Event, interval: float | None = None) -> No
     # Leases are judged only JOBS_LEASE_RECOVERY_GRACE seconds after that, at
     # start too: a worker may hold outcomes on disk from before (jobs.spool_drainer).
     db_ok_since: float | None = time.monotonic()
-    logger.info("scheduler started interval=%ss batch=%s", interval, batch)
-    while not stop.is_set():
-        promoted = 0
-        try:
-            promoted = services.retries_promote_due(limit=batch)
-            if db_ok_since is None:
-                db_ok_since = time.monotonic()
-            if time.monotonic() - last_sweep >= SWEEP_EVERY_SECONDS:
-                sweep(
-                    batch=batch,
-                    watch=watch,
-                    lost=lost,
-                    judge_leases=time.monotonic() - db_ok_since
-                    >= settings.JOBS_LEASE_RECOVERY_GRACE,
-                )
-                last_sweep = time.monotonic()
-        except DatabaseError as exc:
-            logger.warning("scheduler pass failed: %s", exc)
-            db_ok_since = None
-            close_old_connections()
-        except Exception:
-            # One bad pass must not stop retries, the outbox and the lease sweep for good.
-            logger.exception("scheduler pass failed")
-        if promoted < batch:
-            stop.wait(interval)
+    logger.info(
+        "scheduler started interval=%ss batch=%s identity=%s", interval, batch, leadership.identity
+    )
+    try:
+        while not stop.is_set():
+            promoted = 0
+            try:
+                if not leadership.hold():
+                    # Standing by: sightings of lost messages are the leader's to confirm.
+                    lost.reset()
+                    stop.wait(max(interval, leadership.next_try - leadership.clock()))
+                    continue
+                promoted = services.retries_promote_due(limit=batch, claimer=leadership.identity)
+                if db_ok_since is None:
+                    db_ok_since = time.monotonic()
+                if time.monotonic() - last_sweep >= SWEEP_EVERY_SECONDS:
+                    sweep(
+                        batch=batch,
+                        watch=watch,
+                        lost=lost,
+                        judge_leases=time.monotonic() - db_ok_since
+                        >= settings.JOBS_LEASE_RECOVERY_GRACE,
+                        leadership=leadership,
+                    )
+                    last_sweep = time.monotonic()
+            except DatabaseError as exc:
+                logger.warning("scheduler pass failed: %s", exc)
+                db_ok_since = None
+                close_old_connections()
+            except Exception:
+                # One bad pass must not stop retries, the outbox and the lease sweep for good.
+                logger.exception("scheduler pass failed")
+            if promoted < batch:
+                stop.wait(interval)
+    finally:
+        leadership.release()
     logger.info("scheduler stopped")

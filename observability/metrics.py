@@ -256,6 +256,13 @@ SCRAPE_TIME_SERIES: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("hostname",),
         "Tasks the host's workers are running, from their last heartbeat.",
     ),
+    # scheduler /metrics (jobs.leadership): one scheduler of any number leads
+    "jobs_scheduler_leader": (
+        "gauge",
+        (),
+        "1 while this scheduler holds the leadership lease (it promotes retries and sweeps "
+        "the outbox), 0 while it stands by; summed over schedulers it should be 1.",
+    ),
     # worker /metrics (main process)
     "jobs_worker_max_memory_per_child_bytes": (
         "gauge",

@@ -62,6 +62,15 @@ JOBS_SCHEDULER_INTERVAL: float = env.float("JOBS_SCHEDULER_INTERVAL", default=0.
 JOBS_PROGRESS_INTERVAL: float = env.float("JOBS_PROGRESS_INTERVAL", default=0.25)
 JOBS_SWEEP_UNPUBLISHED_AFTER: float = env.float("JOBS_SWEEP_UNPUBLISHED_AFTER", default=5.0)
 JOBS_SCHEDULER_BATCH: int = env.int("JOBS_SCHEDULER_BATCH", default=500)
+# Scheduler replicas (jobs.leadership, docs/scheduler.md): any number may run;
+# the one holding the lease row leads, judged by the database's clock. The
+# leader renews every RENEW seconds for LEASE seconds; a standby tries as
+# often, so a dead leader is replaced within LEASE + RENEW seconds. RENEW must
+# be below LEASE (jobs.E021). An unpublished row is claimed for OUTBOX_CLAIM
+# seconds before it is published, so no other scheduler publishes it meanwhile.
+JOBS_SCHEDULER_LEASE_SECONDS: float = env.float("JOBS_SCHEDULER_LEASE_SECONDS", default=10.0)
+JOBS_SCHEDULER_RENEW_SECONDS: float = env.float("JOBS_SCHEDULER_RENEW_SECONDS", default=2.0)
+JOBS_OUTBOX_CLAIM_SECONDS: float = env.float("JOBS_OUTBOX_CLAIM_SECONDS", default=30.0)
 # Lost messages (jobs.services.lost_messages): every CHECK_INTERVAL seconds
 # the scheduler looks for queued jobs whose message is in no broker queue and
 # no consumer's hands (a flush, eviction, failover, a delivery to a dead

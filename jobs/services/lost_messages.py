@@ -84,7 +84,7 @@ from operator import or_
 from django.db import transaction
 from django.db.models import Q
 
-from jobs import broker, events, selectors
+from jobs import broker, events, outbox_claim, selectors
 from jobs.models import Job, JobStatus
 from jobs.services.submission import job_publish
 
@@ -170,13 +170,17 @@ def lost_message_suspects(
     return suspects
 
 
-def lost_messages_republish(*, suspects: Iterable[Suspect], publish_limit: int) -> int:
+def lost_messages_republish(
+    *, suspects: Iterable[Suspect], publish_limit: int, claimer: str = ""
+) -> int:
     """Put confirmed suspects back in the outbox and publish up to `publish_limit` of them now.
 
     A suspect's row is reopened only while it is still queued with the
     `published_at` it was suspected with (anything that published, started
     or requeued it since changed that). Rows not published here (the limit,
-    or the broker refusing) stay in the outbox for outbox_sweep. Sends
+    or the broker refusing) stay in the outbox for outbox_sweep. Reopened
+    rows are claimed for `claimer` (jobs.outbox_claim) until published or
+    released, so no other scheduler's sweep publishes them too. Sends
     events.message_lost for each vanished one. Returns how many rows were
     reopened. Raises the database's errors.
     """
@@ -192,7 +196,9 @@ def lost_messages_republish(*, suspects: Iterable[Suspect], publish_limit: int) 
                 .filter(unchanged, status=JobStatus.QUEUED)
                 .only("id", "kind", "queue", "status")
             )
-            Job.objects.filter(id__in=[row.id for row in rows]).update(published_at=None)
+            Job.objects.filter(id__in=[row.id for row in rows]).update(
+                published_at=None, **outbox_claim.claim_fields(claimer=claimer)
+            )
             for row in rows:
                 if reasons[row.id] == SuspectReason.VANISHED:
                     transaction.on_commit(partial(events.message_lost.send, sender=Job, job=row))
@@ -211,4 +217,5 @@ def lost_messages_republish(*, suspects: Iterable[Suspect], publish_limit: int) 
     for row in reopened[:publish_limit]:
         if not job_publish(job_id=row.id):
             break  # the broker refused: outbox_sweep publishes the rest later
+    outbox_claim.release_unpublished(job_ids=[row.id for row in reopened], claimer=claimer)
     return len(reopened)

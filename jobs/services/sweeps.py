@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
-from jobs import selectors, waiting
+from jobs import outbox_claim, selectors, waiting
 from jobs.models import Job, JobStatus
 from jobs.services.submission import job_publish, jobs_publish
 from jobs.services.worker_loss import record_worker_lost
@@ -16,10 +17,13 @@ from jobs.services.worker_loss import record_worker_lost
 logger = logging.getLogger(__name__)
 
 
-def retries_promote_due(*, now: datetime | None = None, limit: int = 500) -> int:
+def retries_promote_due(*, now: datetime | None = None, limit: int = 500, claimer: str = "") -> int:
     """Move due `retrying` and `delayed` jobs to `queued` and publish them on commit.
 
-    Returns how many were promoted. Safe to run in several schedulers at once.
+    The rows are claimed for `claimer` (jobs.outbox_claim) in the same
+    UPDATE, so no outbox sweep publishes them meanwhile; what the broker
+    refused is released for the sweep. Returns how many were promoted. Safe
+    to run in several schedulers at once.
     """
     now = now or selectors.database_now()
     with transaction.atomic():
@@ -36,23 +40,38 @@ def retries_promote_due(*, now: datetime | None = None, limit: int = 500) -> int
             enqueued_at=now,
             published_at=None,
             **waiting.NOT_WAITING,
+            **outbox_claim.claim_fields(claimer=claimer),
         )
-        transaction.on_commit(lambda: jobs_publish(job_ids=ids))
+        transaction.on_commit(lambda: _publish_claimed(job_ids=ids, claimer=claimer))
     return len(ids)
 
 
-def outbox_sweep(*, now: datetime | None = None, limit: int = 500) -> int:
+def _publish_claimed(*, job_ids: list[uuid.UUID], claimer: str) -> int:
+    """jobs_publish, then release `claimer`'s claims on the rows it did not publish.
+
+    Never raises for a lost database connection: unreleased claims run out
+    after JOBS_OUTBOX_CLAIM_SECONDS.
+    """
+    published = jobs_publish(job_ids=job_ids)
+    if published < len(job_ids):
+        try:
+            outbox_claim.release_unpublished(job_ids=job_ids, claimer=claimer)
+        except DatabaseError as exc:
+            logger.warning("outbox claims not released (they run out): %s", exc)
+    return published
+
+
+def outbox_sweep(*, now: datetime | None = None, limit: int = 500, claimer: str = "") -> int:
     """Republish queued jobs left unpublished past JOBS_SWEEP_UNPUBLISHED_AFTER seconds.
 
-    Returns how many were published.
+    Each row is claimed for `claimer` before it is published (jobs.outbox_claim),
+    so two schedulers sweeping at once publish it once. Returns how many were published.
     """
     now = now or selectors.database_now()
     before = now - timedelta(seconds=settings.JOBS_SWEEP_UNPUBLISHED_AFTER)
-    ids = list(
-        selectors.jobs_unpublished(enqueued_before=before, limit=limit).values_list("id", flat=True)
-    )
+    ids = outbox_claim.claim_unpublished(claimer=claimer, enqueued_before=before, limit=limit)
     # Stops at the first refused publish (the broker is down): the rest on the next pass.
-    published = jobs_publish(job_ids=ids)
+    published = _publish_claimed(job_ids=ids, claimer=claimer)
     if ids:
         logger.info("outbox sweep published %s of %s unpublished jobs", published, len(ids))
     return published
@@ -74,7 +93,7 @@ def outbox_reopen(*, published_before: datetime, limit: int = 500) -> int:
         return 0
     reopened = Job.objects.filter(
         id__in=ids, status=JobStatus.QUEUED, published_at__lt=published_before
-    ).update(published_at=None)
+    ).update(published_at=None, publish_claimed_until=None)
     logger.warning(
         "outbox reopened for %s queued jobs published before %s",
         reopened,

@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 
 from jobs import budget, selectors
 from jobs.kinds.registry import kind_names
+from jobs.leadership import Leadership
 from observability.metrics import scrape_family
 
 logger = logging.getLogger(__name__)
@@ -97,3 +98,21 @@ class RetryBudgetCollector(Collector):
         except Exception:
             logger.warning("retry budget collection failed", exc_info=True)
         yield from (used, limit)
+
+
+class LeaderCollector(Collector):
+    """jobs_scheduler_leader: 1 while this scheduler holds the leadership lease, else 0.
+
+    Read from the scheduler loop's Leadership (jobs.leadership) at scrape
+    time, without a database query: it says what this process acts on. Each
+    scheduler is its own scrape target, so Prometheus's `instance` label tells
+    them apart; the alert SchedulerLeadership wants their sum to be 1.
+    """
+
+    def __init__(self, leadership: Leadership) -> None:
+        self.leadership = leadership
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        leader = scrape_family("jobs_scheduler_leader")
+        leader.add_metric([], 1.0 if self.leadership.leading else 0.0)
+        yield leader

@@ -21,7 +21,8 @@ from prometheus_client import (
 )
 
 from jobs import fork_gate
-from jobs.telemetry.collectors import QueueDepthCollector, RetryBudgetCollector
+from jobs.leadership import Leadership
+from jobs.telemetry.collectors import LeaderCollector, QueueDepthCollector, RetryBudgetCollector
 from observability.exporter import register_process_series, serve_gated, worker_registry
 from observability.probes import DependencyCollector
 from observability.worker_monitor import WorkerMonitor, WorkerUpCollector
@@ -53,19 +54,25 @@ def start_worker_exporter(*, hostname: str, max_memory_kb: int) -> object | None
     return server
 
 
-def scheduler_registry(monitor: WorkerMonitor) -> CollectorRegistry:
+def scheduler_registry(
+    monitor: WorkerMonitor, leadership: Leadership | None = None
+) -> CollectorRegistry:
     """Registry of the scheduler's /metrics: its own counters, the workers' up/active view,
-    the queue depth and oldest job's age (so the backlog alerts outlive the web), and its
-    probes of the broker and the database."""
+    the queue depth and oldest job's age (so the backlog alerts outlive the web), its
+    probes of the broker and the database, and whether it leads (with `leadership`)."""
     registry = CollectorRegistry()
     register_process_series(registry)
+    if leadership is not None:
+        registry.register(LeaderCollector(leadership))
     registry.register(WorkerUpCollector(monitor))
     registry.register(QueueDepthCollector(backlog_only=True, close_connection=True))
     registry.register(DependencyCollector(monitor.app))
     return registry
 
 
-def start_scheduler_exporter(monitor: WorkerMonitor) -> object | None:
+def start_scheduler_exporter(
+    monitor: WorkerMonitor, leadership: Leadership | None = None
+) -> object | None:
     """Serve the scheduler's /metrics (JOBS_SCHEDULER_METRICS_ADDR:PORT); port 0 turns it off.
 
     Returns the server, or None when off or the port is taken (logged).
@@ -75,7 +82,9 @@ def start_scheduler_exporter(monitor: WorkerMonitor) -> object | None:
         return None
     try:
         server = start_http_server(
-            port, addr=settings.JOBS_SCHEDULER_METRICS_ADDR, registry=scheduler_registry(monitor)
+            port,
+            addr=settings.JOBS_SCHEDULER_METRICS_ADDR,
+            registry=scheduler_registry(monitor, leadership),
         )
     except OSError as exc:
         logger.error("scheduler metrics not served: port %s: %s", port, exc)

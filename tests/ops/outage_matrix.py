@@ -26,6 +26,8 @@ OUTAGE_AT = 5 * 60
 RECOVER_AT = 15 * 60
 END = 20 * 60
 OFFLINE_AFTER = 30  # JOBS_WORKER_OFFLINE_AFTER's default
+LEASE = 10  # JOBS_SCHEDULER_LEASE_SECONDS's default: a leader without the database stops then
+RENEW = 2  # JOBS_SCHEDULER_RENEW_SECONDS's default
 HOSTS = ("host-a", "host-b", "host-c")
 WEB = {"job": "celery", "component": "web", "instance": "web:8000"}
 SCHEDULER = {"job": "celery", "component": "scheduler", "instance": "scheduler:9809"}
@@ -108,6 +110,7 @@ def baseline() -> dict[str, Series]:
         "up:web": Series({"__name__": "up", **WEB}),
         "up:scheduler": Series({"__name__": "up", **SCHEDULER}),
         "up:flower": Series({"__name__": "up", **FLOWER}),
+        "leader:scheduler": Series({"__name__": "jobs_scheduler_leader", **SCHEDULER}),
     }
     for host in HOSTS:
         series[f"up:{host}"] = Series({"__name__": "up", **worker_target(host)})
@@ -137,7 +140,12 @@ def series_for(name: str) -> list[Series]:
             s[f"worker_up:{host}"].at = _down(o + OFFLINE_AFTER + STEP * (i > 0), r + STEP)
     elif name == "scheduler":
         s["up:scheduler"].at = _down(o, r)
-        for key in (*(f"worker_up:{h}" for h in HOSTS), "broker:scheduler", "database:scheduler"):
+        for key in (
+            *(f"worker_up:{h}" for h in HOSTS),
+            "broker:scheduler",
+            "database:scheduler",
+            "leader:scheduler",
+        ):
             s[key].at = _down(o, r, during=None)
     elif name == "broker":
         s["broker:web"].at = s["broker:scheduler"].at = _down(o, r)
@@ -146,6 +154,9 @@ def series_for(name: str) -> list[Series]:
             s[f"worker_up:{host}"].at = _down(o + OFFLINE_AFTER, r + 30)
     elif name == "database":
         s["database:web"].at = s["database:scheduler"].at = _down(o, r)
+        # the leader cannot renew: it stops leading when its lease runs out, and
+        # takes the lease again at its first renewal once the database is back
+        s["leader:scheduler"].at = _down(o + LEASE, r + RENEW)
     elif name == "target":
         s["up:flower"].at = _down(o, r)
     elif name == "worker_exporter":

@@ -14,6 +14,7 @@ from jobs.checks import (
     check_kind_overrides,
     check_memory_limits,
     check_retry_budget,
+    check_scheduler_lease,
     check_visibility_timeout,
 )
 
@@ -195,3 +196,22 @@ def test_check_broker_liveness_refuses_intervals_and_timeouts_not_above_zero(
     assert _ids(errors) == ["jobs.E008", "jobs.E008"]
     assert errors[0].msg.startswith("JOBS_BROKER_HEALTH_CHECK_INTERVAL is 0;")
     assert errors[1].msg.startswith("JOBS_BROKER_SOCKET_TIMEOUT is '2';")
+
+
+def test_check_scheduler_lease_refuses_a_renewal_not_below_the_lease(settings: Any) -> None:
+    settings.JOBS_SCHEDULER_LEASE_SECONDS = 5
+    settings.JOBS_SCHEDULER_RENEW_SECONDS = 5
+    (error,) = check_scheduler_lease(None)
+    assert error.id == "jobs.E021"
+    assert "JOBS_SCHEDULER_RENEW_SECONDS (5) must be below JOBS_SCHEDULER_LEASE_SECONDS (5)" in (
+        error.msg
+    )
+    settings.JOBS_SCHEDULER_RENEW_SECONDS = 4.5
+    assert check_scheduler_lease(None) == []
+
+
+def test_check_scheduler_lease_refuses_seconds_not_above_zero(settings: Any) -> None:
+    settings.JOBS_SCHEDULER_LEASE_SECONDS = 0
+    settings.JOBS_SCHEDULER_RENEW_SECONDS = -1
+    settings.JOBS_OUTBOX_CLAIM_SECONDS = "30"
+    assert _ids(check_scheduler_lease(None)) == ["jobs.E021"] * 3

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand
 from config.celery_app import app
 from config.startup import refuse_on_check_errors
 from jobs import db_deadline
-from jobs.scheduler import run_scheduler
+from jobs.scheduler import run_scheduler, scheduler_leadership
 from jobs.telemetry import process
 from jobs.telemetry.exporters import start_scheduler_exporter
 from observability import tracing
@@ -23,7 +23,7 @@ from observability.worker_monitor import WorkerMonitor
 class Command(BaseCommand):
     help = (
         "Promote due retries to the broker, republish unpublished jobs, and serve "
-        "/metrics with which workers are up."
+        "/metrics with which workers are up. Any number may run; one leads."
     )
     # Checked in handle() instead, to refuse with one line (config.startup)
     # rather than Django's multi-line report.
@@ -44,12 +44,14 @@ class Command(BaseCommand):
             offline_after=settings.JOBS_WORKER_OFFLINE_AFTER,
             forget_after=settings.JOBS_WORKER_FORGET_AFTER,
         ).start()
-        start_scheduler_exporter(monitor)
+        # Any number of schedulers may run; the lease holder leads (jobs.leadership).
+        leadership = scheduler_leadership()
+        start_scheduler_exporter(monitor, leadership)
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         try:
-            run_scheduler(stop=stop, interval=options["interval"])
+            run_scheduler(stop=stop, interval=options["interval"], leadership=leadership)
         finally:
             monitor.stop()
             tracing.shutdown()
