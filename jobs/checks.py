@@ -27,6 +27,9 @@ check (config.startup); `python manage.py check` lists them all.
   import order.
 - jobs.E014 (jobs.taskbackend.JobsBackend.check, run by Django's Tasks
   checks): the TASKS backend's QUEUES name a queue not in JOBS_QUEUES.
+- jobs.E030: JOBS_STATE_STORE names a store that cannot work here (unknown,
+  postgres on another database, redis with a broker that is not Redis):
+  jobs.state_store.problem.
 - jobs.W001: JOBS_KIND_OVERRIDES names a kind that is not registered (a
   typo, or a fault kind while JOBS_FAULT_KINDS is off).
 """
@@ -38,6 +41,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
+from jobs import state_store
 from jobs.kinds import get_kind, kind_names, policy_for
 from jobs.kinds.registry import duplicate_kinds
 from jobs.memory_guard import attempt_limits
@@ -233,3 +237,10 @@ def check_duplicate_kinds(app_configs: Any, **kwargs: Any) -> list[CheckMessage]
         )
         for c in duplicate_kinds()
     ]
+
+
+@register()
+def check_state_store(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    """JOBS_STATE_STORE is a store that can work with this database and broker (jobs.state_store)."""
+    problem = state_store.problem()
+    return [] if problem is None else [Error(problem, id="jobs.E030")]

@@ -126,6 +126,21 @@ JOBS_POISON_AFTER: int = env.int("JOBS_POISON_AFTER", default=3)
 # Seconds a cancellation request stays visible to the running attempt.
 JOBS_CANCEL_TTL: int = env.int("JOBS_CANCEL_TTL", default=3600)
 
+# Where shared state that is not a message lives (docs/state-store.md): the
+# retry budget's counters, cancellation requests, the workers' reports.
+# "postgres": the database (one statement per decision, judged by its now());
+# "redis": the broker's Redis (the budget's: JOBS_RETRY_BUDGET_REDIS_URL if
+# set), as `make demo` runs on SQLite. Empty (the default): postgres when the database is PostgreSQL, else
+# redis (jobs.state_store). A store that cannot work refuses to start (jobs.E030).
+JOBS_STATE_STORE: str = env.str("JOBS_STATE_STORE", default="")
+# PostgreSQL store: a process counts the first attempts it started in memory
+# and writes them at most every FLUSH seconds (one statement per process, not
+# per attempt), and always with its next retry decision; 0 writes each one.
+JOBS_RETRY_BUDGET_FLUSH_SECONDS: float = env.float("JOBS_RETRY_BUDGET_FLUSH_SECONDS", default=1.0)
+# PostgreSQL store: seconds between a running attempt's reads of its job's
+# status (a cancel stops it within this, plus the abort grace if it ignores it).
+JOBS_CANCEL_POLL_SECONDS: float = env.float("JOBS_CANCEL_POLL_SECONDS", default=0.5)
+
 # Retry budget per kind (jobs.budget, a window counter in Redis shared by every
 # worker): in each WINDOW seconds, retries may not exceed RATIO x first attempts
 # + FLOOR (after Envoy's 20%). A floor of 10 lets a few failing jobs retry

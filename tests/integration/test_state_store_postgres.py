@@ -1,0 +1,145 @@
+"""Issue 21, item 2: shared state in PostgreSQL, with no Redis used for it.
+
+The platforms here keep their state in PostgreSQL (JOBS_STATE_STORE=postgres)
+while the broker is still a real Redis: the budget's own Redis URL and
+REDIS_URL point at a port where nothing listens, and after the run the
+broker's Redis holds no state key and counted none of the state store's
+commands. Figures are printed for the report.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from devstack.services import free_port, wait_for
+from tests.integration.harness import Platform
+from tests.integration.test_failure_semantics import attempts
+from tests.integration.test_failure_semantics_broker import cancel, wait_attempt_started
+
+# Commands only the Redis state store sends (the budget's script and counters,
+# cancellation flags, worker reports, the outcome spool's list).
+STATE_COMMANDS = {"evalsha", "eval", "hincrby", "hmget", "hsetnx", "exists", "rpush", "lpop"}
+STATE_KEYS = ("jobs:retry-budget:*", "jobs:cancel:*", "jobs:worker-report*", "jobs:outcomes:*")
+
+
+def _state_env(**extra: str) -> dict[str, str]:
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"
+    return {
+        "JOBS_STATE_STORE": "postgres",
+        "REDIS_URL": nowhere,
+        "JOBS_RETRY_BUDGET_REDIS_URL": nowhere,
+        "JOBS_WORKER_REPORT_INTERVAL": "0.5",
+        **extra,
+    }
+
+
+def _assert_no_state_in_redis(platform: Platform) -> dict[str, int]:
+    client = redis.Redis.from_url(platform.redis.url)
+    for pattern in STATE_KEYS:
+        assert client.keys(pattern) == [], pattern
+    stats = client.info("commandstats")
+    sent = {name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()}
+    assert not STATE_COMMANDS & set(sent), sent
+    return sent
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_state_store_postgres_budget_defers_and_kills_a_storm_with_no_redis_for_state(
+    platform_factory: Callable[..., Platform],
+) -> None:
+    # given one retry per 10-minute window (ratio 0, floor 1) and at most one
+    # window of deferral, on a platform whose state is in PostgreSQL
+    platform = platform_factory(
+        "state_budget",
+        env=_state_env(
+            JOBS_RETRY_BUDGET_FLOOR="1",
+            JOBS_RETRY_BUDGET_RATIO="0",
+            JOBS_RETRY_BUDGET_WINDOW="600",
+            JOBS_RETRY_BUDGET_MAX_DEFERRAL="600",
+            JOBS_KIND_OVERRIDES=json.dumps(
+                {"demo.flaky": {"max_attempts": 3, "backoff_base": 0.1, "backoff_cap": 0.2}}
+            ),
+        ),
+    )
+    # when four jobs fail their first attempt at once
+    ids = [platform.submit("demo.flaky", {"fail_times": 5}) for _ in range(4)]
+
+    def settled() -> bool:
+        rows = platform.rows(
+            "SELECT status, waiting_reason FROM jobs_job WHERE id = ANY(%s::uuid[])", (ids,)
+        )
+        return sum(1 for s, _ in rows if s in ("dead", "retrying")) == 4 and all(
+            s != "running" for s, _ in rows
+        )
+
+    wait_for(settled, timeout=90, interval=0.2, what="four first attempts decided")
+    rows = platform.rows(
+        "SELECT status, dead_reason, waiting_reason FROM jobs_job WHERE id = ANY(%s::uuid[])",
+        (ids,),
+    )
+    # then (window edges aside) one retry runs in this window, one is deferred to
+    # the next by the budget, and the others find no slot: dead "budget"
+    statuses = sorted(f"{s}/{d or w}" for s, d, w in rows)
+    print(f"budget on PostgreSQL, 4 failing jobs, 1 retry per window: {statuses}")
+    assert statuses.count("dead/budget") >= 1, statuses
+    assert any(s == "retrying/retry_budget" for s in statuses), statuses
+    windows = platform.rows(
+        'SELECT kind, firsts, retries FROM jobs_retrybudgetwindow ORDER BY "index"'
+    )
+    print(f"budget windows: {windows}")
+    assert sum(r for _, _, r in windows) >= 2, windows
+    # and the worker's report is in the database, scored by its clock
+    wait_for(
+        lambda: (
+            platform.scalar(
+                "SELECT count(*) FROM jobs_workerreport WHERE reported_at > now() - interval '5 s'"
+            )
+            >= 1
+        ),
+        timeout=30,
+        what="a worker report in PostgreSQL",
+    )
+    # and no state went through Redis
+    sent = _assert_no_state_in_redis(platform)
+    print(f"broker Redis commands seen: {sorted(sent)}")
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_state_store_postgres_cancel_stops_a_running_attempt_within_2s(
+    platform_factory: Callable[..., Platform],
+) -> None:
+    # given a platform whose state is in PostgreSQL, running a cooperative job
+    platform = platform_factory("state_cancel", env=_state_env())
+    stops = []
+    for _ in range(3):
+        job_id = platform.submit("demo.sleep", {"seconds": 60, "step_seconds": 0.05})
+        wait_attempt_started(platform, job_id)
+        time.sleep(0.3)  # the attempt is inside the kind's code (not a synchronisation)
+        # when it is cancelled through the API
+        asked = platform.scalar("SELECT extract(epoch FROM clock_timestamp())")
+        assert cancel(platform, job_id)["status"] == "cancelled"
+        # then its attempt stops itself (Cancelled, before the abort) within 2 s, by DB time
+        (row,) = wait_for(
+            lambda job_id=job_id: attempts(
+                platform, "WHERE job_id = %s AND finished_at IS NOT NULL", (job_id,)
+            ),
+            timeout=30,
+            interval=0.05,
+            what="the cancelled attempt to end",
+        )
+        ended = platform.scalar(
+            "SELECT extract(epoch FROM finished_at) FROM jobs_attempt WHERE job_id = %s", (job_id,)
+        )
+        assert row["outcome"] == "cancelled", row
+        assert row["error_type"] == "Cancelled", row
+        stops.append(float(ended) - float(asked))
+    print(f"cancel on PostgreSQL state: attempt ended {[round(s, 2) for s in stops]} s after")
+    assert max(stops) < 2.0, stops
+    _assert_no_state_in_redis(platform)
