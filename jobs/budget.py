@@ -227,11 +227,11 @@ def record_first(
 
     Redis: one pipelined round trip (HINCRBY, EXPIRE). PostgreSQL: counted
     in memory, written at most every JOBS_RETRY_BUDGET_FLUSH_SECONDS
-    (jobs.budget_pg; the database's clock, not `now`). Never raises.
+    (jobs.budget_pg). Never raises.
     """
     config = config or BudgetConfig.from_settings()
     if client is None and state_store.uses_postgres():
-        budget_pg.record_first(kind, width=config.window)
+        budget_pg.record_first(kind, now=now, width=config.window)
         return True
     key = config.key(kind, int(now // config.window))
     try:

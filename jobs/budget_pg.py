@@ -24,8 +24,6 @@ from collections import Counter
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
-from jobs import clock
-
 logger = logging.getLogger(__name__)
 
 # {(kind, width, window index): first attempts not yet written}, per process.
@@ -34,13 +32,13 @@ _lock = threading.Lock()
 _last_flush = {"at": 0.0}
 
 
-def record_first(kind: str, *, width: float) -> None:
-    """Count a first attempt of `kind` started now (the database's clock, jobs.clock), in memory.
+def record_first(kind: str, *, now: float, width: float) -> None:
+    """Count a first attempt of `kind` started at `now` (epoch seconds, the database's clock), in memory.
 
     Writes the process's pending counts when JOBS_RETRY_BUDGET_FLUSH_SECONDS
     have passed since the last write (one statement). Never raises.
     """
-    index = int(clock.now().timestamp() // width)
+    index = int(now // width)
     with _lock:
         _pending[(kind, width, index)] += 1
         due = time.monotonic() - _last_flush["at"] >= settings.JOBS_RETRY_BUDGET_FLUSH_SECONDS
