@@ -162,3 +162,103 @@ def test_state_store_postgres_cancel_stops_a_running_attempt_within_2s(
     print(f"cancel on PostgreSQL state: attempt ended {[round(s, 2) for s in stops]} s after")
     assert max(stops) < 2.0, stops
     _assert_no_state_in_redis(platform)
+
+
+# Run by `manage.py shell` against a platform's database: the Redis store's
+# unit scenarios (tests/unit/test_retry_budget.py) on the PostgreSQL store, and
+# the statements a successful first attempt costs. Prints one JSON line.
+_BUDGET_SCRIPT = r"""
+import json, os, time, uuid
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from jobs import budget, budget_pg, services
+from jobs.budget import BudgetConfig
+from jobs.models import Job
+from jobs.services import AttemptReport
+W = 60.0
+T0 = 1_000_000 * W
+c = BudgetConfig(window=W, ratio=0.2, floor=3, max_deferral=300.0, key_prefix="unused")
+out = {}
+for _ in range(50):
+    budget.record_first("k", now=T0 + 1, config=c)
+answers = [budget.reserve("k", now=T0 + 2, due=T0 + 10, config=c, spread=0.5) for _ in range(14)]
+out["ratio"] = [[a.due - T0, a.deferred, a.first_exhaustion, a.used, a.limit] for a in answers]
+again = budget.reserve("k", now=T0 + 2, due=T0 + 10, config=c)
+out["again"] = [again.deferred, again.first_exhaustion]
+floor = [budget.reserve("f", now=T0, due=T0 + 1, config=c, spread=0.0) for _ in range(19)]
+out["floor"] = [int(a.due // W) - int(T0 // W) if a.granted else None for a in floor]
+edge = budget.reserve("e", now=T0, due=T0 + W - 1, config=c)
+with connection.cursor() as cur:
+    cur.execute(
+        'SELECT "index" - %s, retries FROM jobs_retrybudgetwindow WHERE kind = %s ORDER BY 1',
+        [int(T0 // W), "e"],
+    )
+    out["edge"] = [edge.granted, edge.deferred, cur.fetchall()]
+with CaptureQueriesContext(connection) as q:
+    budget.reserve("k", now=T0, due=T0 + 1, config=c)
+out["reserve_statements"] = len(q.captured_queries)
+# A successful first attempt: start and finish with no budget statement of its
+# own (the first-attempt count is flushed at most once a second per process).
+done = AttemptReport(outcome="succeeded", result={"ok": True})
+jobs = [
+    Job.objects.create(kind="demo.flaky", queue="default", payload={}, status="queued",
+                       max_attempts=3, request_fingerprint=uuid.uuid4().hex)
+    for _ in range(50)
+]
+budget_pg.flush()
+started = time.monotonic()
+with CaptureQueriesContext(connection) as q:
+    for job in jobs:
+        s = services.attempt_start(job_id=job.id, attempt=1, hostname="w@h", pid=os.getpid(),
+                                   rss_bytes=None)
+        services.attempt_finish(job_id=job.id, attempt=1, report=done, started=s)
+elapsed = time.monotonic() - started
+out["attempt_statements"] = len(q.captured_queries)
+out["clock_statements"] = sum("statement_timestamp" in x["sql"] for x in q.captured_queries)
+out["budget_statements"] = sum("jobs_retry_budget" in x["sql"] for x in q.captured_queries)
+out["elapsed"] = elapsed
+print("RESULT=" + json.dumps(out))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_state_store_postgres_budget_rule_and_its_statements(
+    platform_factory: Callable[..., Platform],
+) -> None:
+    # given a platform database with the PostgreSQL state store, nothing running
+    platform = platform_factory(
+        "state_rule", env=_state_env(), web=False, worker=False, scheduler=False
+    )
+    # when the budget's scenarios run through the shell
+    run = platform.stack.run(["python", "manage.py", "shell", "-c", _BUDGET_SCRIPT], timeout=120)
+    line = next(x for x in run.stdout.splitlines() if x.startswith("RESULT="))
+    out = json.loads(line.removeprefix("RESULT="))
+    # then 50 first attempts allow 0.2 x 50 + 3 = 13 retries at their time; the
+    # 14th is deferred into the next window, flagged once as the first refusal
+    ratio = out["ratio"]
+    assert [r[0] for r in ratio[:13]] == [10.0] * 13
+    assert not any(r[1] for r in ratio[:13])
+    assert ratio[0][4] == 13
+    assert ratio[12][3] == 12
+    assert ratio[13][1] and ratio[13][2] and 60 <= ratio[13][0] < 120, ratio[13]
+    assert out["again"] == [True, False]
+    # and with no first attempts, 3 per window for the asked window and the 5
+    # within 300 s after it, then refused
+    assert out["floor"] == [w for w in range(6) for _ in range(3)] + [None]
+    # and a due time at a window's edge takes a slot of both windows
+    assert out["edge"] == [True, False, [[0, 1], [1, 1]]]
+    # and a decision is one statement
+    assert out["reserve_statements"] == 1
+    # and 50 successful first attempts cost 2 statements each, plus at most one
+    # budget flush per second of the run
+    flushes = out["budget_statements"]
+    print(
+        f"PostgreSQL store: 50 successful first attempts, {out['attempt_statements']} statements "
+        f"({flushes} budget flushes, {out['clock_statements']} clock reads) "
+        f"in {out['elapsed']:.2f} s"
+    )
+    assert flushes <= out["elapsed"] + 1
+    # (jobs.clock measures the database's clock once per 30 s per process)
+    assert out["clock_statements"] <= 1
+    assert out["attempt_statements"] == 2 * 50 + flushes + out["clock_statements"]
