@@ -67,6 +67,8 @@ def flush() -> bool:
     Returns False when the database refused (the counts stay pending).
     """
     taken = _take()
+    if not taken:
+        return True
     by_width: dict[float, list[tuple[str, int, int]]] = {}
     for kind, width, index, n in taken:
         by_width.setdefault(width, []).append((kind, index, n))
