@@ -241,7 +241,8 @@ def test_state_store_postgres_budget_rule_and_its_statements(
     assert not any(r[1] for r in ratio[:13])
     assert ratio[0][4] == 13
     assert ratio[12][3] == 12
-    assert ratio[13][1] and ratio[13][2] and 60 <= ratio[13][0] < 120, ratio[13]
+    assert ratio[13][1:3] == [True, True], ratio[13]
+    assert 60 <= ratio[13][0] < 120, ratio[13]
     assert out["again"] == [True, False]
     # and with no first attempts, 3 per window for the asked window and the 5
     # within 300 s after it, then refused

@@ -88,7 +88,9 @@ def test_attempt_provably_over_compares_database_times_whatever_the_host_clock(
     # on this machine, with the lease still live
     now = timezone.now()
     process_age = time.time() - live_process.create_time()
-    job = job_factory(status="running", attempts_made=1, lease_expires_at=now + timedelta(minutes=5))
+    job = job_factory(
+        status="running", attempts_made=1, lease_expires_at=now + timedelta(minutes=5)
+    )
     previous = attempt_factory(
         job,
         number=1,
@@ -100,9 +102,7 @@ def test_attempt_provably_over_compares_database_times_whatever_the_host_clock(
     # process's start on the host clock, as time.time does)
     real_time, real_create = time.time, psutil.Process.create_time
     monkeypatch.setattr(time, "time", lambda: real_time() + host_ahead)
-    monkeypatch.setattr(
-        psutil.Process, "create_time", lambda self: real_create(self) + host_ahead
-    )
+    monkeypatch.setattr(psutil.Process, "create_time", lambda self: real_create(self) + host_ahead)
     # then the process is still the attempt's: not provably over
     assert not attempt_start_module._attempt_provably_over(
         previous, job, now=now, hostname="other@" + os.uname().nodename
