@@ -141,16 +141,16 @@ JOBS_RETRY_BUDGET_FLUSH_SECONDS: float = env.float("JOBS_RETRY_BUDGET_FLUSH_SECO
 # status (a cancel stops it within this, plus the abort grace if it ignores it).
 JOBS_CANCEL_POLL_SECONDS: float = env.float("JOBS_CANCEL_POLL_SECONDS", default=0.5)
 
-# Retry budget per kind (jobs.budget, a window counter in Redis shared by every
-# worker): in each WINDOW seconds, retries may not exceed RATIO x first attempts
+# Retry budget per kind (jobs.budget, a window counter in the state store shared
+# by every worker): in each WINDOW seconds, retries may not exceed RATIO x first attempts
 # + FLOOR (after Envoy's 20%). A floor of 10 lets a few failing jobs retry
 # unhindered at low traffic (one webhook.deliver makes up to 5 retries: with
 # a floor of 3, a lone one was held a minute); a storm is bounded by the ratio.
 # A retry over budget is deferred to the next window with room, at most
 # MAX_DEFERRAL seconds past its backoff, else its job is dead with reason
-# "budget". The counter lives in REDIS_URL
-# (default: the broker's); a decision that cannot reach it within TIMEOUT
-# seconds keeps its normal backoff and counts jobs_retry_budget_fallback_total.
+# "budget". With the Redis state store the counter lives in JOBS_RETRY_BUDGET_REDIS_URL (default:
+# the broker's); a decision that cannot reach its store (Redis within TIMEOUT
+# seconds) keeps its normal backoff and counts jobs_retry_budget_fallback_total.
 JOBS_RETRY_BUDGET_WINDOW: float = env.float("JOBS_RETRY_BUDGET_WINDOW", default=60.0)
 JOBS_RETRY_BUDGET_RATIO: float = env.float("JOBS_RETRY_BUDGET_RATIO", default=0.2)
 JOBS_RETRY_BUDGET_FLOOR: int = env.int("JOBS_RETRY_BUDGET_FLOOR", default=10)
