@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import subprocess
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
@@ -129,13 +132,8 @@ def test_state_store_postgres_budget_defers_and_kills_a_storm_with_no_redis_for_
     print(f"broker Redis commands seen: {sorted(sent)}")
 
 
-@pytest.mark.integration
-@pytest.mark.timeout(240)
-def test_state_store_postgres_cancel_stops_a_running_attempt_within_2s(
-    platform_factory: Callable[..., Platform],
-) -> None:
-    # given a platform whose state is in PostgreSQL, running a cooperative job
-    platform = platform_factory("state_cancel", env=_state_env())
+def _cancel_three_running_attempts(platform: Platform) -> list[float]:
+    """Cancel three running cooperative attempts; seconds (DB time) from each cancel to its end."""
     stops = []
     for _ in range(3):
         job_id = platform.submit("demo.sleep", {"seconds": 60, "step_seconds": 0.05})
@@ -159,9 +157,63 @@ def test_state_store_postgres_cancel_stops_a_running_attempt_within_2s(
         assert row["outcome"] == "cancelled", row
         assert row["error_type"] == "Cancelled", row
         stops.append(float(ended) - float(asked))
+    return stops
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_state_store_postgres_cancel_stops_a_running_attempt_within_2s(
+    platform_factory: Callable[..., Platform],
+) -> None:
+    # given a platform whose state is in PostgreSQL, running cooperative jobs
+    platform = platform_factory("state_cancel", env=_state_env())
+    # when each is cancelled through the API, then it stops within 2 s
+    stops = _cancel_three_running_attempts(platform)
     print(f"cancel on PostgreSQL state: attempt ended {[round(s, 2) for s in stops]} s after")
     assert max(stops) < 2.0, stops
     _assert_no_state_in_redis(platform)
+
+
+@pytest.fixture
+def rabbitmq_vhost() -> Iterator[str]:
+    """A RabbitMQ vhost of this test's own on 127.0.0.1:5672 (guest), deleted afterwards."""
+    if shutil.which("rabbitmqctl") is None:
+        pytest.skip("rabbitmqctl not installed")
+    vhost = f"state_{uuid.uuid4().hex[:8]}"
+    subprocess.run(["rabbitmqctl", "add_vhost", vhost], check=True, capture_output=True)
+    try:
+        subprocess.run(
+            ["rabbitmqctl", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"],
+            check=True,
+            capture_output=True,
+        )
+        yield vhost
+    finally:
+        subprocess.run(["rabbitmqctl", "delete_vhost", vhost], check=False, capture_output=True)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_state_store_postgres_on_rabbitmq_runs_retries_cancels_and_reports_workers(
+    platform_factory: Callable[..., Platform], rabbitmq_vhost: str
+) -> None:
+    # given a platform on RabbitMQ whose state is in PostgreSQL (no Redis for state)
+    platform = platform_factory(
+        "state_rabbit",
+        env=_state_env(CELERY_BROKER_URL=f"amqp://guest:guest@127.0.0.1:5672/{rabbitmq_vhost}"),
+    )
+    # when a job fails once, then succeeds: its retry passes the budget and runs
+    flaky = platform.wait_job(platform.submit("demo.flaky", {"fail_times": 1}), timeout=60)
+    assert flaky["status"] == "succeeded", flaky
+    assert flaky["attempts_made"] == 2, flaky
+    # and running attempts are cancelled: each stops within 2 s
+    stops = _cancel_three_running_attempts(platform)
+    print(f"cancel on RabbitMQ, PostgreSQL state: ended {[round(s, 2) for s in stops]} s after")
+    assert max(stops) < 2.0, stops
+    # and the worker's report is there for the admin overview
+    reported = platform.rows("SELECT hostname FROM jobs_workerreport")
+    assert len(reported) == 1, reported
 
 
 # Run by `manage.py shell` against a platform's database: the Redis store's
