@@ -22,7 +22,7 @@ import time
 from collections import Counter
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import Error, connection, transaction
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def flush() -> bool:
                     "SELECT jobs_retry_budget_count_firsts(%s, %s, %s, %s)",
                     [width, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]],
                 )
-    except DatabaseError as exc:
+    except Error as exc:  # any database error: DatabaseError, InterfaceError
         _give_back(taken)
         logger.debug("retry budget: first attempts not counted yet: %s", exc)
         return False
@@ -139,7 +139,7 @@ def reserve(
                 ],
             )
             row = cursor.fetchone()
-    except DatabaseError as exc:
+    except Error as exc:  # any database error: DatabaseError, InterfaceError
         _give_back(firsts)
         logger.debug("retry budget: no answer for %s, retry allowed: %s", kind, exc)
         return None
@@ -152,7 +152,7 @@ def window_counts(
 ) -> dict[str, tuple[int, float]]:
     """{kind: (retries counted, limit)} in the window holding the database's now(); one statement.
 
-    Raises DatabaseError.
+    Raises django.db.Error.
     """
     with connection.cursor() as cursor:
         cursor.execute(

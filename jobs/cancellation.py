@@ -21,7 +21,7 @@ import time
 import uuid
 
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import Error, connection
 
 from jobs import state_store
 from jobs.models import Job, JobStatus
@@ -81,7 +81,7 @@ class CancelPoller:
             return
         try:
             cancelled = Job.objects.filter(id=job, status=JobStatus.CANCELLED).exists()
-        except (DatabaseError, ValueError) as exc:  # ValueError: not a job id
+        except (Error, ValueError) as exc:  # Error: any database error; ValueError: not a job id
             logger.debug("cancellation not read for job_id=%s: %s", job, exc)
             connection.close()
             return
