@@ -269,6 +269,17 @@ out["attempt_statements"] = len(q.captured_queries)
 out["clock_statements"] = sum("statement_timestamp" in x["sql"] for x in q.captured_queries)
 out["budget_statements"] = sum("jobs_retry_budget" in x["sql"] for x in q.captured_queries)
 out["elapsed"] = elapsed
+# Worker reports are scored by the database's clock: a writer whose own clock
+# is 90 s ahead neither hides nor prunes another host's report.
+from unittest import mock
+from jobs import worker_reports
+real = time.time
+with mock.patch("time.time", lambda: real() + 90):
+    worker_reports.write({"hostname": "ahead@a", "children": []}, ttl=15)
+worker_reports.write({"hostname": "plain@b", "children": []}, ttl=15)
+with mock.patch("time.time", lambda: real() + 90):
+    worker_reports.write({"hostname": "ahead@a", "children": []}, ttl=15)
+out["reports"] = sorted(r["hostname"] for r in worker_reports.read(max_age=15))
 print("RESULT=" + json.dumps(out))
 """
 
@@ -315,3 +326,5 @@ def test_state_store_postgres_budget_rule_and_its_statements(
     # (jobs.clock measures the database's clock once per 30 s per process)
     assert out["clock_statements"] <= 1
     assert out["attempt_statements"] == 2 * 50 + flushes + out["clock_statements"]
+    # and a host whose clock is 90 s ahead neither hides nor prunes another's report
+    assert out["reports"] == ["ahead@a", "plain@b"]
