@@ -23,6 +23,7 @@ from django.db import DatabaseError, DataError
 from opentelemetry import trace
 
 from jobs import child_retire, events, memory_guard, redaction, services, state_store
+from jobs.cancellation import POLLER_THREAD_NAME
 from jobs.child_gc import ChildCollector
 from jobs.db import is_unavailable, run_with_reconnect
 from jobs.kinds import AttemptContext, Cancelled, Kind, PermanentError, RetryableError, get_kind
@@ -194,7 +195,10 @@ def leak_tracker() -> LeakTracker:
     return LeakTracker(
         rss_threshold_bytes=settings.JOBS_LEAK_RSS_THRESHOLD_BYTES,
         consecutive=settings.JOBS_LEAK_RSS_CONSECUTIVE,
-        ignore=frozenset({SUPERVISOR_THREAD_NAME, memory_guard.WATCHDOG_THREAD_NAME}),
+        # The platform's own threads of a child, started by its first attempt.
+        ignore=frozenset(
+            {SUPERVISOR_THREAD_NAME, POLLER_THREAD_NAME, memory_guard.WATCHDOG_THREAD_NAME}
+        ),
     )
 
 
