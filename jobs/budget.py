@@ -1,4 +1,8 @@
-"""The retry budget per kind: a window counter in Redis, shared by every worker.
+"""The retry budget per kind: a window counter shared by every worker, in the state store.
+
+The state store (jobs.state_store) is PostgreSQL (jobs.budget_pg: the same
+rule, one statement per decision) or Redis (this module's Lua script, below);
+every function here takes the configured one unless a Redis `client` is given.
 
 Rule (DESIGN.md "Retries"; after Envoy's retry budget, 20% of active
 requests with a floor of 3, and the client-side budgets of Google's SRE
@@ -58,6 +62,7 @@ from django.conf import settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from jobs import budget_pg, state_store
 from jobs.broker_transport import redis_client
 
 logger = logging.getLogger(__name__)
@@ -220,16 +225,21 @@ def record_first(
 ) -> bool:
     """Count a first attempt of `kind` started at `now` (epoch seconds). Returns False if Redis failed.
 
-    One pipelined round trip (HINCRBY, EXPIRE). Never raises.
+    Redis: one pipelined round trip (HINCRBY, EXPIRE). PostgreSQL: counted
+    in memory, written at most every JOBS_RETRY_BUDGET_FLUSH_SECONDS
+    (jobs.budget_pg). Never raises.
     """
     config = config or BudgetConfig.from_settings()
+    if client is None and state_store.uses_postgres():
+        budget_pg.record_first(kind, now=now, width=config.window)
+        return True
     key = config.key(kind, int(now // config.window))
     try:
         pipe = (client or budget_client()).pipeline(transaction=False)
         pipe.hincrby(key, "f", 1)
         pipe.expire(key, config.ttl)
         pipe.execute()
-    except redis.RedisError as exc:
+    except (redis.RedisError, ValueError) as exc:  # ValueError: a URL that is not Redis's
         logger.debug("retry budget: first attempt of %s not counted: %s", kind, exc)
         return False
     return True
@@ -255,6 +265,8 @@ def reserve(
     """
     config = config or BudgetConfig.from_settings()
     guard = config.window * GUARD_FRACTION
+    if client is None and state_store.uses_postgres():
+        return _reserve_pg(kind, due=due, config=config, spread=spread, release=release)
     try:
         client = client or budget_client()
         granted, slot, exhausted, used, limit = _script(client)(
@@ -273,7 +285,7 @@ def reserve(
                 *[""] * (2 - len(release[:2])),
             ]
         )
-    except redis.RedisError as exc:
+    except (redis.RedisError, ValueError) as exc:  # ValueError: a URL that is not Redis's
         logger.debug("retry budget: no answer for %s, retry allowed: %s", kind, exc)
         return Reservation(granted=True, due=due, asked=due, fallback=True)
     added = float(slot)
@@ -288,14 +300,53 @@ def reserve(
     )
 
 
+def _reserve_pg(
+    kind: str,
+    *,
+    due: float,
+    config: BudgetConfig,
+    spread: float | None,
+    release: tuple[int, ...],
+) -> Reservation:
+    answer = budget_pg.reserve(
+        kind,
+        due=due,
+        width=config.window,
+        ratio=config.ratio,
+        floor=config.floor,
+        max_deferral=config.max_deferral,
+        guard=config.window * GUARD_FRACTION,
+        spread=random.random() if spread is None else spread,
+        ttl=config.ttl,
+        release=release,
+    )
+    if answer is None:
+        return Reservation(granted=True, due=due, asked=due, fallback=True)
+    granted, added, exhausted, used, limit = answer
+    return Reservation(
+        granted=granted,
+        due=due + added,
+        asked=due,
+        deferred=granted and added > 0,
+        first_exhaustion=exhausted == 1,
+        used=used,
+        limit=limit,
+    )
+
+
 def window_counts(
     kinds: list[str], *, now: float, config: BudgetConfig | None = None
 ) -> dict[str, tuple[int, float]]:
     """{kind: (retries counted, limit)} in the window holding `now`, in one pipeline.
 
-    For the jobs_retry_budget_used / _limit gauges. Raises redis.RedisError.
+    For the jobs_retry_budget_used / _limit gauges. Raises redis.RedisError
+    (PostgreSQL store: DatabaseError; the window is that of the database's now()).
     """
     config = config or BudgetConfig.from_settings()
+    if state_store.uses_postgres():
+        return budget_pg.window_counts(
+            kinds, width=config.window, ratio=config.ratio, floor=config.floor
+        )
     index = int(now // config.window)
     pipe = budget_client().pipeline(transaction=False)
     for kind in kinds:

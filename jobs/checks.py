@@ -30,6 +30,9 @@ check (config.startup); `python manage.py check` lists them all.
 - jobs.E021: JOBS_SCHEDULER_LEASE_SECONDS, JOBS_SCHEDULER_RENEW_SECONDS or
   JOBS_OUTBOX_CLAIM_SECONDS is not above 0, or the renewal is not shorter
   than the lease: the leader would lose its lease between two renewals.
+- jobs.E030: JOBS_STATE_STORE names a store that cannot work here (unknown,
+  postgres on another database, redis with a broker that is not Redis):
+  jobs.state_store.problem.
 - jobs.W001: JOBS_KIND_OVERRIDES names a kind that is not registered (a
   typo, or a fault kind while JOBS_FAULT_KINDS is off).
 """
@@ -41,6 +44,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
+from jobs import state_store
 from jobs.kinds import get_kind, kind_names, policy_for
 from jobs.kinds.registry import duplicate_kinds
 from jobs.memory_guard import attempt_limits
@@ -262,3 +266,10 @@ def check_duplicate_kinds(app_configs: Any, **kwargs: Any) -> list[CheckMessage]
         )
         for c in duplicate_kinds()
     ]
+
+
+@register()
+def check_state_store(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    """JOBS_STATE_STORE is a store that can work with this database and broker (jobs.state_store)."""
+    problem = state_store.problem()
+    return [] if problem is None else [Error(problem, id="jobs.E030")]

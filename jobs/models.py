@@ -257,3 +257,48 @@ class SchedulerLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.holder or 'nobody'} (term {self.term})"
+
+
+class RetryBudgetWindow(models.Model):
+    """One kind's retry-budget counts in one window (jobs.budget_pg; PostgreSQL state store).
+
+    `width` is the window length in seconds and `index` the window's number
+    (window n is [n·width, (n + 1)·width) in the database's epoch seconds).
+    `firsts`: first attempts started in it; `retries`: retries counted in it;
+    `exhausted`: its budget was found spent (the once-per-window log line).
+    Rows not touched for the longest deferral plus two windows are deleted
+    by the next decision of the kind.
+    """
+
+    kind = models.CharField(max_length=100)
+    width = models.FloatField()
+    index = models.BigIntegerField()
+    firsts = models.IntegerField(default=0)
+    retries = models.IntegerField(default=0)
+    exhausted = models.BooleanField(default=False)
+    touched_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "width", "index"], name="jobs_retrybudget_unique_window"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} window {self.index}: {self.retries} retries, {self.firsts} firsts"
+
+
+class WorkerReport(models.Model):
+    """A worker's own report for the admin overview (jobs.worker_reports; PostgreSQL state store).
+
+    `report` is the JSON of observability.worker_report; `reported_at` is the
+    database's time of the write, the only clock the overview compares.
+    """
+
+    hostname = models.CharField(max_length=255, primary_key=True)
+    report = models.TextField()
+    reported_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.hostname} at {self.reported_at:%Y-%m-%d %H:%M:%S}"

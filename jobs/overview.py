@@ -3,7 +3,8 @@
 Every function returns plain frozen dataclasses, so the page (and its
 tests) never touch querysets. Query budget of the whole overview: status
 counts 1-2, attempts chart 1, queue depth 3 (jobs.selectors.queue_depths),
-dead letters 1; Redis: the queue lengths pipeline and the worker reports.
+dead letters 1, worker reports 1 (PostgreSQL state store); Redis: the queue
+lengths pipeline (and the worker reports on the Redis state store).
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ from django.db.models import Case, Count, IntegerField, Value, When
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from jobs import estimates, selectors
-from jobs.broker import broker_client
+from jobs import estimates, selectors, worker_reports
 from jobs.models import TERMINAL_STATUSES, Attempt, Job, JobStatus
-from observability import worker_report
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +148,7 @@ class ChildMemory:
 class WorkerMemory:
     """Children's RSS against each worker's limit, and recycles by reason, from worker reports.
 
-    `error` says why nothing could be read (Redis down); `workers` counts reports.
+    `error` says why nothing could be read (the state store down); `workers` counts reports.
     """
 
     children: list[ChildMemory]
@@ -160,11 +159,11 @@ class WorkerMemory:
 
 
 def worker_memory() -> WorkerMemory:
-    """The live workers' own reports (observability.worker_report), two Redis round trips."""
+    """The live workers' own reports (jobs.worker_reports): one statement, or two Redis round trips."""
 
     max_age = 3 * max(settings.JOBS_WORKER_REPORT_INTERVAL, 1.0)
     try:
-        reports = worker_report.read_reports(broker_client(), max_age=max_age)
+        reports = worker_reports.read(max_age=max_age)
     except Exception as exc:  # the page shows what it can
         logger.warning("worker reports unreadable: %s: %s", type(exc).__name__, exc)
         return WorkerMemory([], {}, {}, 0, error=f"{type(exc).__name__}: {exc}")

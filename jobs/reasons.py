@@ -20,6 +20,7 @@ __all__ = [
     "Limit",
     "RecycleReason",
     "RejectReason",
+    "StateStore",
 ]
 
 
@@ -70,3 +71,10 @@ class Limit(StrEnum):
 
     SOFT = "soft"
     HARD = "hard"
+
+
+class StateStore(StrEnum):
+    """Where shared state that is not a message lives (JOBS_STATE_STORE, jobs.state_store)."""
+
+    POSTGRES = "postgres"  # the database: one statement per hot decision
+    REDIS = "redis"  # the broker's Redis (make demo, on SQLite)

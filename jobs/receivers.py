@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from celery import signals as celery_signals
 from django.conf import settings
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 
+from jobs import budget_pg, state_store
 from jobs.models import Job
 
 
@@ -23,3 +25,10 @@ def release_idempotency_keys(sender: Any, instance: Any, **kwargs: Any) -> None:
     Job.objects.filter(created_by_id=instance.pk, idempotency_key__isnull=False).update(
         idempotency_key=None
     )
+
+
+@celery_signals.worker_process_shutdown.connect(dispatch_uid="jobs.budget_flush")
+def flush_retry_budget_counts(**_: Any) -> None:
+    """Write a worker child's first-attempt counts not yet written (PostgreSQL state store)."""
+    if state_store.uses_postgres():
+        budget_pg.flush()

@@ -22,7 +22,8 @@ from django.conf import settings
 from django.db import DatabaseError, DataError
 from opentelemetry import trace
 
-from jobs import child_retire, events, memory_guard, redaction, services
+from jobs import child_retire, events, memory_guard, redaction, services, state_store
+from jobs.cancellation import POLLER_THREAD_NAME
 from jobs.child_gc import ChildCollector
 from jobs.db import is_unavailable, run_with_reconnect
 from jobs.kinds import AttemptContext, Cancelled, Kind, PermanentError, RetryableError, get_kind
@@ -194,7 +195,10 @@ def leak_tracker() -> LeakTracker:
     return LeakTracker(
         rss_threshold_bytes=settings.JOBS_LEAK_RSS_THRESHOLD_BYTES,
         consecutive=settings.JOBS_LEAK_RSS_CONSECUTIVE,
-        ignore=frozenset({SUPERVISOR_THREAD_NAME, memory_guard.WATCHDOG_THREAD_NAME}),
+        # The platform's own threads of a child, started by its first attempt.
+        ignore=frozenset(
+            {SUPERVISOR_THREAD_NAME, POLLER_THREAD_NAME, memory_guard.WATCHDOG_THREAD_NAME}
+        ),
     )
 
 
@@ -244,8 +248,8 @@ def _finish(
 
 
 def _spool(*, job_id: str, attempt: int, report: AttemptReport, rss: int | None) -> None:
-    """Keep an outcome the database would not take, on this host's disk and in Redis
-    (jobs.services.outcomes); each copy is tried whatever happened to the other."""
+    """Keep an outcome the database would not take, on this host's disk (and in Redis with the
+    Redis state store: jobs.services.outcomes); each copy is tried whatever happened to the other."""
     kept = []
     try:
         services.outcome_spool_local(job_id=job_id, attempt=attempt, report=report, rss_bytes=rss)
@@ -253,8 +257,11 @@ def _spool(*, job_id: str, attempt: int, report: AttemptReport, rss: int | None)
     except OSError as exc:
         logger.error("outcome not spooled to disk job_id=%s attempt=%s: %s", job_id, attempt, exc)
     try:
-        services.outcome_spool(job_id=job_id, attempt=attempt, report=report, rss_bytes=rss)
-        kept.append("redis")
+        # A second copy, off this host, only where the state store is Redis
+        # (jobs.state_store); never read before the lease sweep.
+        if not state_store.uses_postgres():
+            services.outcome_spool(job_id=job_id, attempt=attempt, report=report, rss_bytes=rss)
+            kept.append("redis")
     except Exception as exc:  # the broker's client raises many types for one outage
         logger.error(
             "outcome not spooled to Redis job_id=%s attempt=%s: %s: %s",

@@ -17,7 +17,7 @@ import uuid
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
-from jobs import broker, selectors, services
+from jobs import broker, selectors, services, state_store
 from jobs.leadership import Leadership, process_identity
 
 logger = logging.getLogger(__name__)
@@ -134,15 +134,17 @@ def sweep(
     if not leading():
         return
     services.outbox_sweep(limit=batch, claimer=claimer)
-    # Outcomes the runner could not write go in before any lease is judged
-    # expired: a spooled attempt ended; it must not be taken for a lost one.
-    try:
-        services.outcomes_drain(limit=batch)
-    except DatabaseError:
-        raise
-    except Exception as exc:  # Redis unreachable: no lease is judged until it is back
-        logger.warning("spooled outcomes not read: %s", exc)
-        return
+    # Outcomes a worker could not write are kept on its host and written by
+    # it (jobs.spool_drainer); JOBS_LEASE_RECOVERY_GRACE gives it the time.
+    # The Redis state store keeps a second copy, written here when Redis
+    # answers; it never holds the lease sweep back (issue 21).
+    if not state_store.uses_postgres():
+        try:
+            services.outcomes_drain(limit=batch)
+        except DatabaseError:
+            raise
+        except Exception as exc:  # Redis unreachable: the hosts' own copies remain
+            logger.warning("spooled outcomes not read from Redis: %s", exc)
     if judge_leases and leading():
         services.leases_expire(limit=batch)
     if leading():

@@ -15,8 +15,9 @@ worker child that watches the attempt in progress:
   (jobs.memory_guard's hard limit: the attempt must not grow while its end
   is recorded).
 
-Cancellation is read from Redis (`cancel_key(job_id)`, set by
-services.job_cancel), polled every POLL_SECONDS.
+Cancellation is read from the state store (jobs.cancellation: the job row
+on PostgreSQL, read by a poller thread; a Redis key otherwise), asked every
+POLL_SECONDS.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
+from jobs import state_store
 from jobs.broker_transport import redis_client
+from jobs.cancellation import CancelPoller, cancel_key
 from jobs.kinds.base import AttemptContext
 from jobs.reasons import AbortReason
 
@@ -58,9 +61,7 @@ class AttemptAbort(BaseException):  # noqa: N818 - mirrors SystemExit/KeyboardIn
         self.reason = reason
 
 
-def cancel_key(job_id: object) -> str:
-    """Redis key whose presence asks the running attempt of `job_id` to stop."""
-    return f"jobs:cancel:{job_id}"
+__all__ = ["AttemptAbort", "Supervisor", "cancel_key", "supervisor"]
 
 
 @dataclass
@@ -86,6 +87,7 @@ class Supervisor:
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._redis: redis.Redis | None = None
+        self._poller = CancelPoller()
         self._can_abort = False
         self._freeze = threading.Event()
         self._frozen = threading.Event()
@@ -179,6 +181,8 @@ class Supervisor:
             raise AttemptAbort(watch.reason or AbortReason.SOFT_TIMEOUT)
 
     def _cancel_requested(self, job_id: object) -> bool:
+        if state_store.uses_postgres():
+            return self._poller.requested(job_id)
         try:
             if self._redis is None:
                 self._redis = redis_client(

@@ -1,4 +1,7 @@
-"""Each worker's own memory report, kept in Redis for the admin overview: its format, written and read.
+"""Each worker's own memory report for the admin overview: its format, and its Redis layout.
+
+Where it is kept is the platform's state store (jobs.worker_reports: a
+PostgreSQL table, or the Redis layout below).
 
 The thread that writes it in the worker's main process: jobs.telemetry.worker_report.
 
@@ -62,14 +65,21 @@ def write_report(client: Any, report: dict[str, Any], *, ttl: float) -> None:
     pipe.execute()
 
 
-def read_reports(client: Any, *, max_age: float) -> list[dict[str, Any]]:
-    """Live reports (newer than `max_age` seconds), newest first, at most MAX_WORKERS,
+def read_reports(client: Any, *, max_age: float, now: float | None = None) -> list[dict[str, Any]]:
+    """Live reports (newer than `max_age` seconds before `now`), newest first, at most MAX_WORKERS,
     each checked by `parse_report` (a report that is not one is left out).
+
+    `now` (Unix seconds) must be on the writers' clock: the platform passes
+    the database's (jobs.worker_reports); this host's clock when None.
 
     Raises redis.RedisError when Redis cannot be read.
     """
     names = client.zrevrangebyscore(
-        INDEX_KEY, "+inf", time.time() - max_age, start=0, num=MAX_WORKERS
+        INDEX_KEY,
+        "+inf",
+        (time.time() if now is None else now) - max_age,
+        start=0,
+        num=MAX_WORKERS,
     )
     if not names:
         return []

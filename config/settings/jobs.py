@@ -135,16 +135,31 @@ JOBS_POISON_AFTER: int = env.int("JOBS_POISON_AFTER", default=3)
 # Seconds a cancellation request stays visible to the running attempt.
 JOBS_CANCEL_TTL: int = env.int("JOBS_CANCEL_TTL", default=3600)
 
-# Retry budget per kind (jobs.budget, a window counter in Redis shared by every
-# worker): in each WINDOW seconds, retries may not exceed RATIO x first attempts
+# Where shared state that is not a message lives (docs/state-store.md): the
+# retry budget's counters, cancellation requests, the workers' reports.
+# "postgres": the database (one statement per decision, judged by its now());
+# "redis": the broker's Redis (the budget's: JOBS_RETRY_BUDGET_REDIS_URL if
+# set), as `make demo` runs on SQLite. Empty (the default): postgres when the database is PostgreSQL, else
+# redis (jobs.state_store). A store that cannot work refuses to start (jobs.E030).
+JOBS_STATE_STORE: str = env.str("JOBS_STATE_STORE", default="")
+# PostgreSQL store: a process counts the first attempts it started in memory
+# and writes them at most every FLUSH seconds (one statement per process, not
+# per attempt), and always with its next retry decision; 0 writes each one.
+JOBS_RETRY_BUDGET_FLUSH_SECONDS: float = env.float("JOBS_RETRY_BUDGET_FLUSH_SECONDS", default=1.0)
+# PostgreSQL store: seconds between a running attempt's reads of its job's
+# status (a cancel stops it within this, plus the abort grace if it ignores it).
+JOBS_CANCEL_POLL_SECONDS: float = env.float("JOBS_CANCEL_POLL_SECONDS", default=0.5)
+
+# Retry budget per kind (jobs.budget, a window counter in the state store shared
+# by every worker): in each WINDOW seconds, retries may not exceed RATIO x first attempts
 # + FLOOR (after Envoy's 20%). A floor of 10 lets a few failing jobs retry
 # unhindered at low traffic (one webhook.deliver makes up to 5 retries: with
 # a floor of 3, a lone one was held a minute); a storm is bounded by the ratio.
 # A retry over budget is deferred to the next window with room, at most
 # MAX_DEFERRAL seconds past its backoff, else its job is dead with reason
-# "budget". The counter lives in REDIS_URL
-# (default: the broker's); a decision that cannot reach it within TIMEOUT
-# seconds keeps its normal backoff and counts jobs_retry_budget_fallback_total.
+# "budget". With the Redis state store the counter lives in JOBS_RETRY_BUDGET_REDIS_URL (default:
+# the broker's); a decision that cannot reach its store (Redis within TIMEOUT
+# seconds) keeps its normal backoff and counts jobs_retry_budget_fallback_total.
 JOBS_RETRY_BUDGET_WINDOW: float = env.float("JOBS_RETRY_BUDGET_WINDOW", default=60.0)
 JOBS_RETRY_BUDGET_RATIO: float = env.float("JOBS_RETRY_BUDGET_RATIO", default=0.2)
 JOBS_RETRY_BUDGET_FLOOR: int = env.int("JOBS_RETRY_BUDGET_FLOOR", default=10)

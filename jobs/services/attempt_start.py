@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -46,9 +47,12 @@ def _attempt_provably_over(previous: Attempt, job: Job, *, now: datetime, hostna
         return True
     try:
         process = psutil.Process(previous.worker_pid)
+        # DB time on both sides: the process's start is `now` (the database's
+        # clock) less its age, an interval measured on this host's own clock.
+        started = now.timestamp() - (time.time() - process.create_time())
         return (
             process.status() == psutil.STATUS_ZOMBIE
-            or process.create_time() > previous.started_at.timestamp() + 1
+            or started > previous.started_at.timestamp() + 1
         )
     except psutil.NoSuchProcess:
         return True

@@ -21,17 +21,15 @@ import logging
 import uuid
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 
 from jobs import selectors, waiting
-from jobs.broker import broker_client
+from jobs.cancellation import cancel_request
 from jobs.errors import InvalidTransition
 from jobs.models import Job, JobStatus
 from jobs.services.attempt_close import job_completed
 from jobs.services.audit import job_action_record
 from jobs.services.submission import job_publish
-from jobs.supervisor import cancel_key
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +43,7 @@ def job_cancel(*, job_id: uuid.UUID | str, actor: Any = None, via: str = "API") 
     """Cancel a non-terminal job.
 
     A queued or retrying job never starts. A running attempt gets its
-    cancellation flag (through Redis, see jobs.supervisor) and is aborted
+    cancellation flag (through the state store, see jobs.cancellation) and is aborted
     JOBS_ABORT_GRACE seconds later if it ignores it. Raises Job.DoesNotExist,
     or InvalidTransition when the job is terminal.
     """
@@ -80,7 +78,7 @@ def job_cancel(*, job_id: uuid.UUID | str, actor: Any = None, via: str = "API") 
 def _signal_cancel(job_id: uuid.UUID) -> None:
 
     try:
-        broker_client().set(cancel_key(job_id), "1", ex=settings.JOBS_CANCEL_TTL)
+        cancel_request(job_id)
     except Exception as exc:  # the job is cancelled either way; the attempt runs to its limit
         logger.warning("could not signal cancellation job_id=%s: %s", job_id, exc)
 

@@ -1,23 +1,22 @@
-"""Outcomes that could not be written: kept on local disk and in Redis, written later.
+"""Outcomes that could not be written: kept on local disk (and in Redis), written later.
 
 An attempt's work is done once; if its outcome cannot reach the database
 (an outage longer than the runner's bounded retries), the outcome must not
 be dropped, or the lease sweep would later call the attempt lost and run
-the work again. The runner keeps it twice:
+the work again. The runner keeps it
 
 - in a file of the worker host's spool directory (JOBS_OUTCOME_SPOOL_DIR,
   written and fsynced before the message is acknowledged), which the
   worker's main process writes to the database as soon as it can
-  (jobs.spool_drainer): this copy survives losing Redis, whose data may
-  be gone after a restart or a failover;
-- in a Redis list, which the scheduler writes with attempt_finish on every
-  pass, before it looks for expired leases: this copy survives losing the
-  worker host.
+  (jobs.spool_drainer); after a database outage the scheduler waits
+  JOBS_LEASE_RECOVERY_GRACE seconds before it judges leases (jobs.scheduler),
+  time for the workers to write their files;
+- with the Redis state store only (jobs.state_store), also in a Redis list,
+  which the scheduler writes with attempt_finish when Redis answers: this
+  copy survives losing the worker host. It never holds the lease sweep back.
 
 Whichever copy is written first wins; attempt_finish ignores an attempt
-already recorded, so the other is a no-op. After a database outage the
-scheduler waits JOBS_LEASE_RECOVERY_GRACE seconds before it judges leases
-(jobs.scheduler), time for the workers to write their files.
+already recorded, so the other is a no-op.
 
 Each entry is the JSON of {job_id, attempt, rss_bytes, report: AttemptReport
 fields without the exception}.

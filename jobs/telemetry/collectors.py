@@ -80,10 +80,10 @@ class QueueDepthCollector(Collector):
 class RetryBudgetCollector(Collector):
     """jobs_retry_budget_used{kind} and jobs_retry_budget_limit{kind}: the current budget window.
 
-    Read from the budget's Redis (jobs.budget.window_counts) at scrape
-    time, one pipelined round trip for every registered kind, so every
-    process reports the same shared counter. Nothing is exported when Redis
-    cannot be read (jobs_retry_budget_fallback_total tells the story).
+    Read from the state store (jobs.budget.window_counts) at scrape time,
+    one statement or pipelined round trip for every registered kind, so every
+    process reports the same shared counter. Nothing is exported when the
+    store cannot be read (jobs_retry_budget_fallback_total tells the story).
     """
 
     def collect(self) -> Iterator[GaugeMetricFamily]:

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 from django.conf import settings
 
-from jobs import fork_gate
-from jobs.broker import broker_client
+from jobs import clock, fork_gate, worker_reports
 from jobs.telemetry.worker_memory import memory_block
 from observability.multiproc import compact, file_pids, locked, multiproc_dir
-from observability.worker_report import recycled_by_reason, write_report
+from observability.worker_report import recycled_by_reason
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +24,7 @@ def build_report(worker: Any, *, memory: dict[str, Any] | None = None) -> dict[s
     memory = memory or memory_block(worker, with_pending_retries=False)
     return {
         "hostname": worker.hostname,
-        "at": time.time(),
+        "at": clock.now().timestamp(),  # the database's clock (jobs.worker_reports)
         "children": memory["children"],
         "main_rss_bytes": memory["main_rss_bytes"],
         "max_memory_per_child_bytes": memory["max_memory_per_child_bytes"],
@@ -39,7 +37,7 @@ class ReportWriter(threading.Thread):
 
     Each tick is a jobs.fork_gate section (the main process forks children).
 
-    A failed write (Redis down) is logged once per outage and retried on the
+    A failed write (the state store down) is logged once per outage and retried on the
     next tick; it never affects the worker.
     """
 
@@ -60,7 +58,7 @@ class ReportWriter(threading.Thread):
             with fork_gate.section("worker report: recycles"):
                 report = build_report(self.worker, memory=memory)
             with fork_gate.section("worker report: write"):
-                write_report(broker_client(), report, ttl=3 * self.interval)
+                worker_reports.write(report, ttl=3 * self.interval)
             self._failing = False
         except Exception as exc:  # a report is best-effort; the worker must not care
             with fork_gate.section("worker report: log"):

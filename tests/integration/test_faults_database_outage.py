@@ -268,6 +268,8 @@ def test_outcome_kept_on_disk_survives_losing_redis_during_a_database_outage(
     platform = platform_factory(
         "pg_spool",
         env={
+            # The Redis state store keeps the second copy this test empties.
+            "JOBS_STATE_STORE": "redis",
             "JOBS_KIND_OVERRIDES": json.dumps(
                 {"demo.sleep": {"max_attempts": 3, "soft_time_limit": 5, "hard_time_limit": 6}}
             ),

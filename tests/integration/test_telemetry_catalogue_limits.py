@@ -360,6 +360,9 @@ def test_retry_budget_unreachable_falls_back_to_the_backoff(
     platform = platform_factory(
         "retry_budget_away",
         env={
+            # The Redis state store's fallback (the PostgreSQL store's is the database's
+            # own: tests/integration/test_state_store_postgres.py).
+            "JOBS_STATE_STORE": "redis",
             "JOBS_RETRY_BUDGET_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
             "JOBS_RETRY_BUDGET_FLOOR": "0",
             "JOBS_RETRY_BUDGET_RATIO": "0",

@@ -26,7 +26,6 @@ from typing import Any
 
 import psutil
 import pytest
-import redis
 
 from devstack.services import wait_for
 from tests.integration.harness import Platform, PlatformFactory, require_postgres
@@ -187,11 +186,11 @@ def test_memory_guard_soft_limit_flags_the_attempt_which_stops_and_keeps_its_chi
     samples = scrape(guarded.worker_metrics_url)
     assert samples.total("jobs_memory_limits_hit_total", kind="demo.allocate", limit="soft") >= 1
     # and the worker's report (admin overview) gives each child's owned memory beside its RSS
-    broker = redis.Redis.from_url(guarded.redis.url)
+    # (kept in the state store: PostgreSQL on these platforms, jobs.worker_reports)
 
     def reported() -> list[dict[str, Any]]:
-        keys = broker.keys("jobs:worker-report:*")
-        children = [c for k in keys for c in json.loads(broker.get(k) or "{}")["children"]]
+        rows = guarded.rows("SELECT report FROM jobs_workerreport")
+        children = [c for (raw,) in rows for c in json.loads(raw)["children"]]
         return children if children and all(c.get("owned_bytes") for c in children) else []
 
     wait_for(lambda: bool(reported()), timeout=30, what="owned memory in the worker report")
