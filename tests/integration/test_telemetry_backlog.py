@@ -66,7 +66,8 @@ def test_backlog_counts_waiting_and_running_while_every_slot_is_busy(
         for url in urls:
             waiting, running = _backlog(url)
             db_waiting, db_running = _db_backlog(platform)
-            assert waiting is not None and running is not None, url
+            assert waiting is not None, url
+            assert running is not None, url
             assert waiting + running > 0
             assert abs((waiting + running) - (db_waiting + db_running)) <= db_running
             assert (waiting, running) == (JOBS - SLOTS, SLOTS), url
