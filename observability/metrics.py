@@ -213,6 +213,14 @@ SCRAPE_TIME_SERIES: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("queue", "state"),
         "Jobs per queue by state: ready, reserved, scheduled, unpublished, delayed.",
     ),
+    # web and scheduler /metrics (jobs.telemetry.backlog): the autoscaling signal,
+    # from the database alone (docs/scaling.md); scalers take max over processes.
+    "jobs_backlog": (
+        "gauge",
+        ("queue", "state"),
+        "Jobs per queue that want a worker slot, from the database: waiting (queued, or a "
+        "retry or delayed start already due) and running (attempts in flight).",
+    ),
     "celery_queue_length": (
         "gauge",
         ("queue_name",),

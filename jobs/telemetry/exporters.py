@@ -22,6 +22,7 @@ from prometheus_client import (
 
 from jobs import fork_gate
 from jobs.leadership import Leadership
+from jobs.telemetry.backlog import BacklogCollector
 from jobs.telemetry.collectors import LeaderCollector, QueueDepthCollector, RetryBudgetCollector
 from observability.exporter import register_process_series, serve_gated, worker_registry
 from observability.probes import DependencyCollector
@@ -58,14 +59,16 @@ def scheduler_registry(
     monitor: WorkerMonitor, leadership: Leadership | None = None
 ) -> CollectorRegistry:
     """Registry of the scheduler's /metrics: its own counters, the workers' up/active view,
-    the queue depth and oldest job's age (so the backlog alerts outlive the web), its
-    probes of the broker and the database, and whether it leads (with `leadership`)."""
+    the queue depth, oldest job's age and jobs_backlog (so the backlog alerts and the
+    autoscaler outlive the web), its probes of the broker and the database, and whether
+    it leads (with `leadership`)."""
     registry = CollectorRegistry()
     register_process_series(registry)
     if leadership is not None:
         registry.register(LeaderCollector(leadership))
     registry.register(WorkerUpCollector(monitor))
     registry.register(QueueDepthCollector(backlog_only=True, close_connection=True))
+    registry.register(BacklogCollector(close_connection=True))
     registry.register(DependencyCollector(monitor.app))
     return registry
 
@@ -96,11 +99,12 @@ def start_scheduler_exporter(
 
 
 def web_registry() -> CollectorRegistry:
-    """Registry of the web's /metrics: gunicorn workers' files, queue depth, the retry budget,
-    and its probes of the broker and the database."""
+    """Registry of the web's /metrics: gunicorn workers' files, queue depth, jobs_backlog, the
+    retry budget, and its probes of the broker and the database."""
     registry = CollectorRegistry()
     register_process_series(registry)
     registry.register(QueueDepthCollector())
+    registry.register(BacklogCollector())
     registry.register(RetryBudgetCollector())
     # The app config.celery_app built (importing it here would be a cycle: it imports
     # observability); `config` loads it in every process with Django settings.

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 
 from devstack.prometheus import write_rules
 from devstack.services import wait_for
@@ -38,7 +39,7 @@ from tests.integration.observing import (
 )
 from tests.ops import grafana_queries
 from tests.ops.promql import metric_names
-from tests.ops.tools import RULES, alert_rules
+from tests.ops.tools import PLATFORM, RULES, alert_rules
 
 # demo.flaky dies after 3 attempts (2 retries each), quickly; demo.sleep hits
 # a 1 s soft limit; demo.crash kills its child once and is dead.
@@ -219,6 +220,19 @@ def test_every_dashboard_panel_query_returns_data_from_prometheus(
         except TimeoutError:
             empty.append(f"{where}: {query}")
     assert not empty, "panels without data:\n" + "\n".join(empty)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(420)
+def test_the_keda_prometheus_query_returns_one_element_from_prometheus(
+    observed: Observed, storm: dict[str, Any]
+) -> None:
+    # KEDA's Prometheus scaler needs a single-element answer (platform/keda/, docs/scaling.md)
+    scaled = yaml.safe_load((PLATFORM / "keda" / "scaledobject-prometheus.yaml").read_text())
+    (trigger,) = scaled["spec"]["triggers"]
+    result = observed.prometheus.wait_for_query(trigger["metadata"]["query"], timeout=30)
+    assert len(result) == 1, result
+    assert float(result[0]["value"][1]) >= 0
 
 
 @pytest.mark.integration
