@@ -323,7 +323,7 @@ def admitted_due_range(now: float, config: BudgetConfig | None = None) -> tuple[
     returned is that interval narrowed by ADMITTED_MARGIN_SECONDS at each
     end, so a due time inside it is one `admit` would pass; one outside it
     must go through `admit`. Used by the attempt fast path
-    (jobs.services.attempt_sql) to start such retries in one statement.
+    (jobs.engine.backends.postgres) to start such retries in one statement.
     """
     config = config or BudgetConfig.from_settings()
     start = int(now // config.window) * config.window

@@ -44,7 +44,7 @@ from jobs.errors import (
     QueueFull,
 )
 from jobs.models import Job, JobStatus
-from jobs.services.records import SubmitResult
+from jobs.engine.values import SubmitResult
 
 __all__ = [
     "ActionNotPermitted",

@@ -48,7 +48,7 @@ from jobs.kinds.base import AttemptContext
 from jobs.models import AttemptOutcome, Job
 from jobs.policy import Policy
 from jobs.reasons import AbortReason, Limit
-from jobs.services.records import AttemptReport
+from jobs.engine.values import AttemptReport
 from jobs.supervisor import supervisor
 from observability import tracing
 from observability.memory import owned_bytes

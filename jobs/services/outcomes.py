@@ -41,7 +41,7 @@ from jobs.broker import broker_client
 from jobs.db import is_unavailable
 from jobs.models import AttemptOutcome
 from jobs.services.attempt_finish import attempt_finish
-from jobs.services.records import AttemptReport
+from jobs.engine.values import AttemptReport
 
 logger = logging.getLogger(__name__)
 

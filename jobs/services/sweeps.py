@@ -1,17 +1,17 @@
-"""The scheduler's passes: due retries, the outbox, lost messages, expired leases."""
+"""The scheduler's passes: due retries, the outbox, expired leases (row changes: jobs.engine)."""
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.conf import settings
 from django.db import transaction
 
-from jobs import selectors, waiting
-from jobs.models import Job, JobStatus
+from jobs import engine, selectors
+from jobs.engine.lifecycle import unpublished_before
+from jobs.engine.values import Sweep
+from jobs.models import JobStatus
 from jobs.services.submission import job_publish, jobs_publish
-from jobs.services.worker_loss import record_worker_lost
 
 logger = logging.getLogger(__name__)
 
@@ -21,23 +21,10 @@ def retries_promote_due(*, now: datetime | None = None, limit: int = 500) -> int
 
     Returns how many were promoted. Safe to run in several schedulers at once.
     """
-    now = now or selectors.database_now()
     with transaction.atomic():
-        ids = list(
-            selectors.jobs_due_for_retry(now=now, limit=limit)
-            .select_for_update(skip_locked=True)
-            .values_list("id", flat=True)
-        )
-        if not ids:
-            return 0
-        Job.objects.filter(id__in=ids, status__in=(JobStatus.RETRYING, JobStatus.DELAYED)).update(
-            status=JobStatus.QUEUED,
-            next_attempt_at=None,
-            enqueued_at=now,
-            published_at=None,
-            **waiting.NOT_WAITING,
-        )
-        transaction.on_commit(lambda: jobs_publish(job_ids=ids))
+        ids = engine.current().promote_due(Sweep(now=now, limit=limit))
+        if ids:
+            transaction.on_commit(lambda: jobs_publish(job_ids=ids))
     return len(ids)
 
 
@@ -46,8 +33,7 @@ def outbox_sweep(*, now: datetime | None = None, limit: int = 500) -> int:
 
     Returns how many were published.
     """
-    now = now or selectors.database_now()
-    before = now - timedelta(seconds=settings.JOBS_SWEEP_UNPUBLISHED_AFTER)
+    before = unpublished_before(now or selectors.database_now())
     ids = list(
         selectors.jobs_unpublished(enqueued_before=before, limit=limit).values_list("id", flat=True)
     )
@@ -65,21 +51,13 @@ def outbox_reopen(*, published_before: datetime, limit: int = 500) -> int:
     eviction). A message that was not lost after all is delivered twice;
     attempt_start drops the second copy. Returns how many rows were reopened.
     """
-    ids = list(
-        selectors.jobs_published_before(published_before=published_before, limit=limit).values_list(
-            "id", flat=True
+    reopened = engine.current().reopen_outbox(published_before=published_before, limit=limit)
+    if reopened:
+        logger.warning(
+            "outbox reopened for %s queued jobs published before %s",
+            reopened,
+            published_before.isoformat(),
         )
-    )
-    if not ids:
-        return 0
-    reopened = Job.objects.filter(
-        id__in=ids, status=JobStatus.QUEUED, published_at__lt=published_before
-    ).update(published_at=None)
-    logger.warning(
-        "outbox reopened for %s queued jobs published before %s",
-        reopened,
-        published_before.isoformat(),
-    )
     return reopened
 
 
@@ -90,30 +68,8 @@ def leases_expire(*, now: datetime | None = None, limit: int = 500) -> int:
     running; its worker died without any process able to record it (e.g.
     the whole worker was killed). Returns how many attempts were closed.
     """
-    now = now or selectors.database_now()
-    closed = 0
-    for job_id in list(
-        selectors.jobs_lease_expired(now=now, limit=limit).values_list("id", flat=True)
-    ):
-        with transaction.atomic():
-            job = (
-                Job.objects.select_for_update()
-                .filter(id=job_id, status=JobStatus.RUNNING, lease_expires_at__lt=now)
-                .first()
-            )
-            if job is None:
-                continue
-            row = job.attempts.filter(number=job.attempts_made).first()
-            if row is None or row.finished_at is not None:
-                continue
-            record_worker_lost(
-                job,
-                row,
-                now=now,
-                requeued=False,
-                message="lease expired: no worker finished this attempt",
-            )
-            if job.status == JobStatus.QUEUED:
-                transaction.on_commit(lambda j=job.id: job_publish(job_id=j))
-            closed += 1
-    return closed
+    closed = engine.current().expire_leases(Sweep(now=now, limit=limit))
+    for job in closed:
+        if job.status == JobStatus.QUEUED:
+            transaction.on_commit(lambda j=job.id: job_publish(job_id=j))
+    return len(closed)

@@ -1,331 +1,210 @@
-"""The common attempt transitions in one PostgreSQL statement each (the per-attempt fast path).
+"""The PostgreSQL backend: the two transitions almost every attempt takes, one statement each.
 
 Profiled on a worker child draining no-op jobs (docs/performance.md), the
 attempt's own bookkeeping was ~12 round trips in two transactions (BEGIN,
-SELECT ... FOR UPDATE, one UPDATE per save, the Attempt INSERT, COMMIT) and
-most of the child's time. The two transitions almost every attempt takes
-are done here as one conditional statement each, in autocommit (a single
+SELECT ... FOR UPDATE, one UPDATE per save, the Attempt INSERT, COMMIT).
+Here (SQL in jobs/engine/sql/postgres.sql, in autocommit: a single
 statement is its own transaction):
 
 - start: `queued` with `attempts_made = n - 1` -> `running`, the lease
   taken and the Attempt row inserted (a data-modifying CTE);
 - finish: `running` with this attempt current and unfinished -> the
-  outcome, the attempt row and the job row written together, with the retry
-  decision (jobs.decisions) computed before the write.
+  outcome, the attempt row and the job row written together, with the one
+  retry decision made before the write (jobs.engine.changes.ending).
 
 The row lock the UPDATE takes replaces SELECT ... FOR UPDATE: a concurrent
 writer (the lease sweep, a cancel, a redelivery) either commits first, and
 then the WHERE no longer matches, or waits for this statement. When the
-condition does not hold, nothing is written and the caller falls back to
-the general path (jobs.services.attempt_start, attempt_finish), which
-handles every other case (duplicates, redeliveries after a lost worker, a
-resumed start, an attempt already recorded).
-
-On SQLite (3.35+, for RETURNING) each transition is two statements in one
-IMMEDIATE transaction instead (jobs.services.attempt_sql_sqlite). Other
-databases always take the general path.
+condition does not hold, nothing is written and the ORM path (the base
+class) handles the case. Events go into the `Effects` passed in.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-import uuid
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from jobs import waiting
+from jobs import budget, events
 from jobs.decisions import Decision
-from jobs.kinds import registry
-from jobs.models import Attempt, AttemptOutcome, Job, JobStatus
-from jobs.services import attempt_sql_sqlite
-from jobs.services.attempt_sql_clauses import (
-    ATTEMPT_TABLE,
-    FINISH_ATTEMPT_SET,
-    FINISH_JOB_WHERE,
-    JOB_TABLE,
-    START_NOT_WAITING,
-    finish_job_set,
-    retry_counted_where,
+from jobs.engine import changes, sql
+from jobs.engine.backends.orm import OrmBackend, finished
+from jobs.engine.values import (
+    AttemptEnd,
+    AttemptRef,
+    AttemptReport,
+    Delivery,
+    Effects,
+    StartedAttempt,
 )
-from jobs.services.records import AttemptReport, without_nul
-
-_lease_cache: dict[str, Any] = {"key": None, "json": "{}"}
-
-
-SQLITE_RETURNING = (3, 35, 0)
-
-
-def enabled() -> bool:
-    """Whether the fast path applies: PostgreSQL, or SQLite with RETURNING (3.35+)."""
-    if connection.vendor == "postgresql":
-        return True
-    if connection.vendor == "sqlite":
-        return sqlite3.sqlite_version_info >= SQLITE_RETURNING
-    return False
+from jobs.engine.verdicts import (
+    decide_failure,
+    log_decision,
+    log_finished,
+    log_started,
+    started_attempt,
+)
+from jobs.kinds import policy_for, registry
+from jobs.models import Attempt, AttemptOutcome, Job, JobStatus
+from observability import tracing
 
 
-def _sqlite() -> bool:
-    return connection.vendor == "sqlite"
+def savepoint_if_nested() -> Any:
+    """A savepoint inside a caller's transaction (tests), else nothing: the statement needs
+    no transaction of its own, and a refused write (DataError) must not abort the caller's."""
+    return transaction.atomic() if transaction.get_connection().in_atomic_block else nullcontext()
 
 
-def _aware(value: Any) -> datetime:
-    """A non-null datetime column read by raw SQL outside a model field, made aware
-    (SQLite returns naive UTC, as text or as a datetime from the column's declared
-    type). Raises ValueError for anything else."""
+def aware(value: Any) -> datetime:
+    """A datetime column read by raw SQL, made aware (SQLite returns naive UTC, as text or
+    as a datetime). Raises ValueError for anything else."""
     parsed = value if isinstance(value, datetime) else parse_datetime(str(value))
     if parsed is None:
         raise ValueError(f"not a datetime: {value!r}")
     return timezone.make_aware(parsed, UTC) if timezone.is_naive(parsed) else parsed
 
 
-def _leases_json() -> str:
-    """JSON {kind: lease seconds} (hard time limit + JOBS_LEASE_GRACE) of every registered kind.
+class PostgresBackend(OrmBackend):
+    """Start and finish in one statement each when they match; the ORM path otherwise."""
 
-    Computed once per process and recomputed only when the registry, the
-    overrides or the grace change (tests swap settings).
-    """
-    overrides = settings.JOBS_KIND_OVERRIDES
-    grace = settings.JOBS_LEASE_GRACE
-    key = (len(registry._KINDS), id(overrides), grace)
-    if _lease_cache["key"] != key:
-        leases = {}
-        for name in registry._KINDS:
-            try:
-                leases[name] = float(registry.policy_for(name).hard_time_limit) + float(grace)
-            except ValueError:
-                continue  # an invalid override: the general path raises it
-        _lease_cache["json"] = json.dumps(leases)
-        _lease_cache["key"] = key
-    return str(_lease_cache["json"])
+    name = "postgres"
+    dialect = "postgres"
 
+    def __init__(self) -> None:
+        self._leases: tuple[Any, dict[str, float]] = (None, {})
 
-_START_SQL = f"""
-WITH j AS (
-    UPDATE {JOB_TABLE}
-    SET deliveries = deliveries + 1,
-        status = %(running)s,
-        attempts_made = %(number)s,
-        started_at = COALESCE(started_at, GREATEST(%(now)s, enqueued_at)),
-        lease_expires_at = %(now)s + make_interval(secs => (%(leases)s::jsonb ->> kind)::float8),
-        {START_NOT_WAITING}
-    WHERE id = %(job_id)s
-      AND status = %(queued)s
-      AND attempts_made = %(number)s - 1
-      AND %(leases)s::jsonb ? kind
-      AND {retry_counted_where("extract(epoch FROM p.finished_at)::float8")}
-    RETURNING {JOB_TABLE}.*
-), a AS (
-    INSERT INTO {ATTEMPT_TABLE} (
-        job_id, number, worker_hostname, worker_pid, started_at, finished_at, outcome,
-        error_type, error_message, traceback, rss_before_bytes, rss_after_bytes,
-        retry_delay_seconds, trace_id
-    )
-    SELECT j.id, %(number)s, %(hostname)s, %(pid)s, GREATEST(%(now)s, j.enqueued_at), NULL, '',
-           '', '', '', %(rss)s, NULL, NULL, ''
-    FROM j
-    RETURNING id, started_at
-)
-SELECT j.*, a.id AS jobs_attempt_id, a.started_at AS jobs_attempt_started_at FROM j, a
-"""
+    def leases(self) -> dict[str, float]:
+        """{kind: lease seconds} (hard time limit + JOBS_LEASE_GRACE) of every registered kind.
 
+        Computed once and again only when the registry, the overrides or the
+        grace change (tests swap settings). A kind with an invalid override is
+        left out: the ORM path raises its error.
+        """
+        overrides, grace = settings.JOBS_KIND_OVERRIDES, settings.JOBS_LEASE_GRACE
+        key = (len(registry._KINDS), id(overrides), grace)
+        if self._leases[0] != key:
+            leases = {}
+            for name in registry._KINDS:
+                try:
+                    leases[name] = float(registry.policy_for(name).hard_time_limit) + float(grace)
+                except ValueError:
+                    continue
+            self._leases = (key, leases)
+        return self._leases[1]
 
-def start(
-    *,
-    job_id: uuid.UUID | str,
-    number: int,
-    hostname: str,
-    pid: int,
-    rss_bytes: int | None,
-    now: datetime,
-    due_range: tuple[float, float] = (0.0, 0.0),
-) -> tuple[Job, Attempt] | None:
-    """Start attempt `number` of a queued job whose previous attempts are `number - 1`.
-
-    Counts the delivery, sets the job running with its lease (the kind's
-    hard time limit + JOBS_LEASE_GRACE from `now`) and inserts the Attempt
-    row, in one statement. The attempt starts at `now`, or at the job's
-    enqueue when that reads later (another host's estimate of the database's
-    clock, jobs.clock): an attempt never reads as started before the enqueue
-    it ran from. A retry (`number` > 1) starts only if its due
-    time lies in `due_range` (epoch seconds, inclusive: where the retry
-    budget counted it, jobs.budget.admitted_due_range). Returns the job
-    (after the change) and the new attempt, or None when the job is not in
-    that state (nothing written). Raises the database's errors.
-    """
-    due_from, due_to = due_range
-    if _sqlite():
-        started = attempt_sql_sqlite.start(
-            job_id=job_id,
-            number=number,
-            hostname=hostname,
-            pid=pid,
-            rss_bytes=rss_bytes,
-            now=now,
-            leases=json.loads(_leases_json()),
-            due_range=due_range,
+    def start(self, delivery: Delivery, *, now: datetime, effects: Effects) -> StartedAttempt | None:
+        """A first attempt, or a retry the budget counted in the window it starts in
+        (budget.admit would pass it unasked), in one statement; anything else by the ORM."""
+        if delivery.resume:
+            return super().start(delivery, now=now, effects=effects)
+        params = {
+            "job_id": str(delivery.job_id),
+            "number": delivery.attempt,
+            "hostname": delivery.hostname,
+            "pid": delivery.pid,
+            "rss": delivery.rss_bytes,
+            "now": now,
+            "running": JobStatus.RUNNING.value,
+            "queued": JobStatus.QUEUED.value,
+        }
+        due_from, due_to = budget.admitted_due_range(now.timestamp())
+        with savepoint_if_nested():
+            done = self.start_statement(params | {"due_from": due_from, "due_to": due_to})
+        if done is None:
+            return super().start(delivery, now=now, effects=effects)
+        job, attempt_id, at = done
+        row = Attempt(
+            id=attempt_id,
+            job=job,
+            number=delivery.attempt,
+            worker_hostname=delivery.hostname,
+            worker_pid=delivery.pid,
+            started_at=at,
+            rss_before_bytes=delivery.rss_bytes,
         )
+        row._state.adding = False
+        effects.send(events.attempt_started, job=job, attempt=row)
+        if delivery.attempt == 1:
+            # The retry budget's denominator, as in the ORM path.
+            effects.call(lambda: budget.record_first(job.kind, now=now.timestamp()))
+        log_started(job, delivery.attempt)
+        return started_attempt(job, delivery.attempt, policy_for(job.kind))
+
+    def start_statement(self, params: dict[str, Any]) -> tuple[Job, int, datetime] | None:
+        """Run the start; the job after it, the attempt's id and start, or None (no match)."""
+        rows = list(
+            Job.objects.raw(
+                sql.queries(self.dialect)["start"], params | {"leases": json.dumps(self.leases())}
+            )
+        )
+        if not rows:
+            return None
+        extra = vars(rows[0])
+        return rows[0], extra.pop("jobs_attempt_id"), aware(extra.pop("jobs_attempt_started_at"))
+
+    def finish(
+        self, ref: AttemptRef, report: AttemptReport, *, now: datetime, effects: Effects
+    ) -> AttemptEnd:
+        """The common case in one statement: the job runs this attempt, unfinished, and
+        `ref.started` says under which policy. Anything else by the ORM."""
+        started = ref.started
         if started is None:
-            return None
-        job, attempt_id, at = started
-        return job, _started_row(job, attempt_id, number, hostname, pid, rss_bytes, at)
-    rows = list(
-        Job.objects.raw(
-            _START_SQL,
-            {
-                "job_id": str(job_id),
-                "number": number,
-                "hostname": hostname,
-                "pid": pid,
-                "rss": rss_bytes,
-                "now": now,
-                "running": JobStatus.RUNNING.value,
-                "queued": JobStatus.QUEUED.value,
-                "leases": _leases_json(),
-                "due_from": due_from,
-                "due_to": due_to,
-            },
-        )
-    )
-    if not rows:
-        return None
-    extra = vars(rows[0])
-    return rows[0], _started_row(
-        rows[0],
-        extra.pop("jobs_attempt_id"),
-        number,
-        hostname,
-        pid,
-        rss_bytes,
-        _aware(extra.pop("jobs_attempt_started_at")),
-    )
+            return super().finish(ref, report, now=now, effects=effects)
+        decision: Decision | None = None
+        if report.outcome != AttemptOutcome.SUCCEEDED:
+            decision = decide_failure(
+                kind=started.kind,
+                policy=started.policy,
+                report=report,
+                attempts_made=ref.number,
+                max_attempts=started.max_attempts,
+                now=now,
+            )
+        params = sql.finish_params(changes.ending(decision, report=report, now=now)) | {
+            "job_id": str(started.job_id),
+            "number": ref.number,
+            "running": JobStatus.RUNNING.value,
+            "rss": ref.rss_bytes,
+            "trace_id": report.trace_id,
+            "parent_trace_id": tracing.trace_id_from(started.trace_parent),
+        }
+        with savepoint_if_nested():
+            done = self.finish_statement(params)
+        if done is None:
+            return super().finish(ref, report, now=now, effects=effects)
+        job, extra = done
+        columns = {
+            "id": extra["id"],
+            "worker_hostname": extra["worker_hostname"],
+            "worker_pid": extra["worker_pid"],
+            "started_at": aware(extra["started_at"]),
+            "rss_before_bytes": extra["rss_before_bytes"],
+            "rss_after_bytes": ref.rss_bytes,
+            "retry_delay_seconds": extra["retry_delay_seconds"],
+            "trace_id": extra["trace_id"],
+        }
+        row = Attempt(job=job, number=ref.number, **columns | changes.closed(report, decision, now=now))
+        row._state.adding = False
+        effects.send(events.attempt_finished, job=job, attempt=row, decision=decision)
+        if decision is not None:
+            log_decision(job, ref.number, report.outcome, decision, job.last_error)
+        if job.is_terminal:
+            effects.send(events.job_completed, job=job)
+        log_finished(job, ref.number, report)
+        return finished(job, ref.number, report, decision)
 
-
-def _started_row(
-    job: Job,
-    attempt_id: int,
-    number: int,
-    hostname: str,
-    pid: int,
-    rss_bytes: int | None,
-    now: datetime,
-) -> Attempt:
-    row = Attempt(
-        id=attempt_id,
-        job=job,
-        number=number,
-        worker_hostname=hostname,
-        worker_pid=pid,
-        started_at=now,
-        rss_before_bytes=rss_bytes,
-    )
-    row._state.adding = False
-    return row
-
-
-_FINISH_SQL = f"""
-WITH j AS (
-    UPDATE {JOB_TABLE}
-    SET {finish_job_set("%(result)s::jsonb")}
-    WHERE {FINISH_JOB_WHERE}
-    RETURNING {JOB_TABLE}.*
-), a AS (
-    UPDATE {ATTEMPT_TABLE}
-    SET {FINISH_ATTEMPT_SET}
-    WHERE job_id = %(job_id)s AND number = %(number)s AND EXISTS (SELECT 1 FROM j)
-    RETURNING id AS a_id, worker_hostname AS a_worker_hostname, worker_pid AS a_worker_pid,
-              started_at AS a_started_at, rss_before_bytes AS a_rss_before_bytes,
-              retry_delay_seconds AS a_retry_delay_seconds, trace_id AS a_trace_id
-)
-SELECT j.*, a.* FROM j, a
-"""
-
-
-def finish(
-    *,
-    job_id: uuid.UUID | str,
-    number: int,
-    report: AttemptReport,
-    rss_bytes: int | None,
-    now: datetime,
-    status: str,
-    decision: Decision | None,
-    next_attempt_at: datetime | None,
-    parent_trace_id: str,
-) -> tuple[Job, Attempt] | None:
-    """Write how attempt `number` ended and the job's new `status`, in one statement.
-
-    Applies only while the job is running this attempt and the attempt is
-    unfinished; returns the job and the attempt after the change, or None
-    (nothing written). `decision` (None after a success) was made by the
-    caller before the write; `next_attempt_at` is set when retrying.
-    `parent_trace_id` is the job's trace id, stored when neither the report
-    nor the row has one. Raises the database's errors (DataError for a
-    result the database cannot store).
-    """
-    succeeded = report.outcome == AttemptOutcome.SUCCEEDED
-    retrying = status == JobStatus.RETRYING
-    terminal = status in (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
-    last_error = (
-        "" if succeeded else without_nul(f"{report.error_type}: {report.error_message}"[:10_000])
-    )
-    result = without_nul(report.result)
-    params = {
-        "job_id": str(job_id),
-        "number": number,
-        "status": status,
-        "running": JobStatus.RUNNING.value,
-        "succeeded": succeeded,
-        "retrying": retrying,
-        "terminal": terminal,
-        "result": None if result is None else json.dumps(result, allow_nan=False),
-        "now": now,
-        "dead_reason": decision.dead_reason if decision is not None else "",
-        "next_attempt_at": next_attempt_at,
-        "last_error": last_error,
-        "outcome": str(report.outcome),
-        "trace_id": report.trace_id,
-        "parent_trace_id": parent_trace_id,
-        "error_type": without_nul(report.error_type[:255]),
-        "error_message": without_nul(report.error_message[:10_000]),
-        "traceback": without_nul(report.traceback[-20_000:]),
-        "rss": rss_bytes,
-        "delay": decision.delay_seconds if decision is not None else None,
-        **waiting.fields(decision.waiting if retrying and decision is not None else None),
-    }
-    if _sqlite():
-        found = attempt_sql_sqlite.finish(params)
-        if found is None:
-            return None
-        job, extra = found
-    else:
-        rows = list(Job.objects.raw(_FINISH_SQL, params))
+    def finish_statement(self, params: dict[str, Any]) -> tuple[Job, dict[str, Any]] | None:
+        """Run the finish; the job after it and the attempt's columns read back, or None."""
+        rows = list(Job.objects.raw(sql.queries(self.dialect)["finish"], params))
         if not rows:
             return None
         job = rows[0]
         # The attempt's columns came back as extra attributes of the raw job row.
         extra = {name[2:]: vars(job).pop(name) for name in list(vars(job)) if name.startswith("a_")}
-    row = Attempt(
-        id=extra["id"],
-        job=job,
-        number=number,
-        worker_hostname=extra["worker_hostname"],
-        worker_pid=extra["worker_pid"],
-        started_at=_aware(extra["started_at"]),
-        finished_at=now,
-        outcome=report.outcome,
-        error_type=without_nul(report.error_type[:255]),
-        error_message=without_nul(report.error_message[:10_000]),
-        traceback=without_nul(report.traceback[-20_000:]),
-        rss_before_bytes=extra["rss_before_bytes"],
-        rss_after_bytes=rss_bytes,
-        retry_delay_seconds=extra["retry_delay_seconds"],
-        trace_id=extra["trace_id"],
-    )
-    row._state.adding = False
-    return job, row
+        return job, extra
