@@ -25,11 +25,6 @@ from opentelemetry import trace
 from jobs import child_retire, engine, events, memory_guard, redaction, services
 from jobs.child_gc import ChildCollector
 from jobs.db import is_unavailable, run_with_reconnect
-from jobs.kinds import AttemptContext, Cancelled, Kind, PermanentError, RetryableError, get_kind
-from jobs.models import AttemptOutcome, Job, JobStatus
-from jobs.policy import Policy
-from jobs.progress import Progress, ProgressReporter
-from jobs.reasons import AbortReason, RecycleReason
 from jobs.engine.values import (
     AttemptEnd,
     AttemptRef,
@@ -38,6 +33,11 @@ from jobs.engine.values import (
     Delivery,
     StartedAttempt,
 )
+from jobs.kinds import AttemptContext, Cancelled, Kind, PermanentError, RetryableError, get_kind
+from jobs.models import AttemptOutcome, Job, JobStatus
+from jobs.policy import Policy
+from jobs.progress import Progress, ProgressReporter
+from jobs.reasons import AbortReason, RecycleReason
 from jobs.supervisor import (
     SUPERVISOR_THREAD_NAME,
     AttemptAbort,

@@ -9,6 +9,14 @@ these modules are thin façades over it that add publishing, History and
 the cancellation signal.
 """
 
+from jobs.engine.values import (
+    RETRYABLE_OUTCOMES,
+    AttemptEnd,
+    AttemptReport,
+    AttemptRun,
+    StartedAttempt,
+    SubmitResult,
+)
 from jobs.services.attempt_finish import (
     attempt_finish,
     attempt_interrupted,
@@ -30,14 +38,6 @@ from jobs.services.outcomes import (
     outcomes_drain_local,
 )
 from jobs.services.ownership import job_cancel_for, job_requeue_for, job_retry_now_for
-from jobs.engine.values import (
-    RETRYABLE_OUTCOMES,
-    AttemptEnd,
-    AttemptReport,
-    AttemptRun,
-    StartedAttempt,
-    SubmitResult,
-)
 from jobs.services.submission import job_publish, job_submit, jobs_publish, request_fingerprint
 from jobs.services.sweeps import leases_expire, outbox_reopen, outbox_sweep, retries_promote_due
 from jobs.services.worker_loss import attempt_worker_lost

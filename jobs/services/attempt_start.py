@@ -23,6 +23,11 @@ def attempt_start(
     retry of this very call after a lost connection. See Engine.start.
     """
     delivery = Delivery(
-        job_id=job_id, attempt=attempt, hostname=hostname, pid=pid, rss_bytes=rss_bytes, resume=resume
+        job_id=job_id,
+        attempt=attempt,
+        hostname=hostname,
+        pid=pid,
+        rss_bytes=rss_bytes,
+        resume=resume,
     )
     return engine.current().start(delivery)

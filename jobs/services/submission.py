@@ -20,12 +20,12 @@ from rest_framework.exceptions import ValidationError
 from config.celery_app import app
 from jobs import broker, clock, engine, events, selectors, task_names
 from jobs.db import close_connections, is_unavailable
+from jobs.engine.values import SubmitResult
 from jobs.errors import IdempotencyConflict, InvalidSubmission, QueueFull
 from jobs.jsonsafe import json_problem
 from jobs.kinds import UnknownKind, get_kind, policy_for
 from jobs.models import Job, JobStatus
 from jobs.services.publish_stamps import defer_stamp, write_stamps
-from jobs.engine.values import SubmitResult
 from observability import tracing
 
 logger = logging.getLogger(__name__)

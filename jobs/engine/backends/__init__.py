@@ -18,7 +18,9 @@ SQLITE_RETURNING = (3, 35, 0)
 __all__ = ["OrmBackend", "PostgresBackend", "SqliteBackend", "choose"]
 
 
-def choose(vendor: str, *, sqlite_version: tuple[int, ...] = sqlite3.sqlite_version_info) -> OrmBackend:
+def choose(
+    vendor: str, *, sqlite_version: tuple[int, ...] = sqlite3.sqlite_version_info
+) -> OrmBackend:
     """The backend for a database of `vendor` (Django's `connection.vendor`)."""
     if vendor == "postgresql":
         return PostgresBackend()

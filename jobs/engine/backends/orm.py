@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from jobs import budget, events, waiting
-from jobs.decisions import Action, Decision, decide
+from jobs.decisions import Decision, decide
 from jobs.engine import changes
 from jobs.engine.values import (
     AttemptEnd,
@@ -53,7 +53,9 @@ class OrmBackend:
 
     name = "orm"
 
-    def start(self, delivery: Delivery, *, now: datetime, effects: Effects) -> StartedAttempt | None:
+    def start(
+        self, delivery: Delivery, *, now: datetime, effects: Effects
+    ) -> StartedAttempt | None:
         """jobs.engine.Engine.start's general path."""
         with transaction.atomic():
             job = Job.objects.select_for_update().filter(id=delivery.job_id).first()
@@ -153,7 +155,9 @@ class OrmBackend:
         if slot.granted:
             until = datetime.fromtimestamp(slot.due, tz=UTC)
             why = waiting.held_by_budget(kind=job.kind, held=slot.due - now.timestamp())
-            job.save(update_fields=changes.apply(job, changes.held(until=until, held_by=why, now=now)))
+            job.save(
+                update_fields=changes.apply(job, changes.held(until=until, held_by=why, now=now))
+            )
             # The retry now waits until the slot it was counted in: its start
             # there must be judged against that slot, not the due time it was
             # first given (else it is counted again at each start, each time
@@ -167,7 +171,9 @@ class OrmBackend:
                 until.isoformat(),
             )
         else:
-            job.save(update_fields=changes.apply(job, changes.held(until=None, held_by=None, now=now)))
+            job.save(
+                update_fields=changes.apply(job, changes.held(until=None, held_by=None, now=now))
+            )
             effects.send(events.job_completed, job=job)
             logger.warning(
                 "job dead job_id=%s kind=%s attempt=%s reason=budget: its retry started in a "
@@ -216,7 +222,11 @@ class OrmBackend:
             ours = (
                 row is not None
                 and row.finished_at is None
-                and (row.worker_pid == loss.worker_pid if loss.worker_pid else row.number >= loss.attempt)
+                and (
+                    row.worker_pid == loss.worker_pid
+                    if loss.worker_pid
+                    else row.number >= loss.attempt
+                )
             )
             if job.status == JobStatus.RUNNING and ours and row is not None:
                 decision = self.lose_locked(
@@ -238,7 +248,14 @@ class OrmBackend:
             return AttemptEnd(status=None, job_status=job.status)
 
     def lose_locked(
-        self, job: Job, row: Attempt, *, now: datetime, requeued: bool, message: str, effects: Effects
+        self,
+        job: Job,
+        row: Attempt,
+        *,
+        now: datetime,
+        requeued: bool,
+        message: str,
+        effects: Effects,
     ) -> Decision:
         """Close attempt `row` as worker_lost and apply the decision (job row locked by the caller).
 
@@ -343,7 +360,9 @@ def provably_over(previous: Attempt, job: Job, *, now: datetime, hostname: str) 
         return True
 
 
-def finished(job: Job, attempt: int, report: AttemptReport, decision: Decision | None) -> AttemptEnd:
+def finished(
+    job: Job, attempt: int, report: AttemptReport, decision: Decision | None
+) -> AttemptEnd:
     """The AttemptEnd of attempt `attempt` of `job` (after the change)."""
     return AttemptEnd(
         status=job.status,

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -98,7 +98,9 @@ class PostgresBackend(OrmBackend):
             self._leases = (key, leases)
         return self._leases[1]
 
-    def start(self, delivery: Delivery, *, now: datetime, effects: Effects) -> StartedAttempt | None:
+    def start(
+        self, delivery: Delivery, *, now: datetime, effects: Effects
+    ) -> StartedAttempt | None:
         """A first attempt, or a retry the budget counted in the window it starts in
         (budget.admit would pass it unasked), in one statement; anything else by the ORM."""
         if delivery.resume:
@@ -189,7 +191,9 @@ class PostgresBackend(OrmBackend):
             "retry_delay_seconds": extra["retry_delay_seconds"],
             "trace_id": extra["trace_id"],
         }
-        row = Attempt(job=job, number=ref.number, **columns | changes.closed(report, decision, now=now))
+        row = Attempt(
+            job=job, number=ref.number, **columns | changes.closed(report, decision, now=now)
+        )
         row._state.adding = False
         effects.send(events.attempt_finished, job=job, attempt=row, decision=decision)
         if decision is not None:
