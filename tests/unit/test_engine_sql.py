@@ -63,7 +63,8 @@ def test_sql_finish_params_set_only_what_the_change_sets() -> None:
 
     params = sql.finish_params(ending)
 
-    assert params["set_j_next_attempt_at"] and not params["set_j_finished_at"]
+    assert params["set_j_next_attempt_at"]
+    assert not params["set_j_finished_at"]
     assert params["set_a_retry_delay_seconds"]
     assert params["j_result"] is None
 
