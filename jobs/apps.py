@@ -1,11 +1,18 @@
 """App config: chooses the attempt engine and loads the built-in kinds and every installed app's `kinds` module at startup."""
 
+from typing import TYPE_CHECKING
+
 from django.apps import AppConfig
+
+if TYPE_CHECKING:
+    from jobs.engine import Engine
 
 
 class JobsConfig(AppConfig):
     name = "jobs"
     default_auto_field = "django.db.models.BigAutoField"
+    # The attempt engine this process chose in ready() (jobs.engine.current()).
+    engine: "Engine"
 
     def ready(self) -> None:
         from django.db import connection  # noqa: PLC0415 - the database settings are read only now

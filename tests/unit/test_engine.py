@@ -38,7 +38,7 @@ def sent() -> Iterator[list[str]]:
 
 
 def test_engine_current_is_the_one_chosen_at_startup() -> None:
-    assert engine.current() is apps.get_app_config("jobs").engine
+    assert engine.current() is apps.get_app_config("jobs").engine  # type: ignore[attr-defined]
     assert isinstance(engine.current().backend, SqliteBackend)  # the unit tests run on SQLite
     assert Engine.for_vendor("mysql").backend.name == "orm"
 
