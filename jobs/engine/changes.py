@@ -29,6 +29,10 @@ ERROR_MESSAGE_MAX = 10_000
 TRACEBACK_KEEP = 20_000
 
 
+# A job no attempt runs and none is due for.
+_NOT_DUE = {"next_attempt_at": None, "lease_expires_at": None}
+
+
 @dataclass(frozen=True)
 class RowChanges:
     """Columns to set: `job` on the job row, `attempt` on the attempt row (empty: none)."""
@@ -139,22 +143,16 @@ def held(*, until: datetime | None, held_by: Waiting | None, now: datetime) -> d
 
 def cancelled(*, now: datetime) -> dict[str, Any]:
     """A non-terminal job cancelled at `now`."""
-    return {
-        "status": JobStatus.CANCELLED,
-        "finished_at": now,
-        "next_attempt_at": None,
-        "lease_expires_at": None,
-        **waiting.NOT_WAITING,
-    }
+    return {"status": JobStatus.CANCELLED, "finished_at": now, **_NOT_DUE, **waiting.NOT_WAITING}
 
 
 def queued(*, now: datetime) -> dict[str, Any]:
     """A job queued for its next attempt at `now`, waiting for its publish (the outbox)."""
+    unpublished = {"enqueued_at": now, "published_at": None}
     return {
         "status": JobStatus.QUEUED,
         "next_attempt_at": None,
-        "enqueued_at": now,
-        "published_at": None,
+        **unpublished,
         **waiting.NOT_WAITING,
     }
 

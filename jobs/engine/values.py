@@ -16,7 +16,7 @@ from typing import Any
 from django.dispatch import Signal
 
 from jobs.decisions import RETRYABLE_OUTCOMES, Decision
-from jobs.models import AttemptOutcome, Job
+from jobs.models import AttemptOutcome, Job, JobStatus
 from jobs.policy import Policy
 
 __all__ = [
@@ -118,6 +118,19 @@ class AttemptEnd:
     attempt: int = 0
     max_attempts: int = 0
     spooled: bool = False
+
+    @classmethod
+    def after(cls, job: Job, attempt: int, outcome: str, decision: Decision | None) -> AttemptEnd:
+        """What recording attempt `attempt` (ended with `outcome`) did to `job`, read after it."""
+        return cls(
+            status=job.status,
+            job_status=job.status,
+            decision=decision,
+            outcome=outcome,
+            next_attempt_at=job.next_attempt_at if job.status == JobStatus.RETRYING else None,
+            attempt=attempt,
+            max_attempts=job.max_attempts,
+        )
 
 
 @dataclass(frozen=True)

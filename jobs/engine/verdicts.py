@@ -16,7 +16,7 @@ from jobs import budget
 from jobs.decisions import Action, Decision, decide
 from jobs.engine.values import AttemptReport, StartedAttempt
 from jobs.kinds import policy_for
-from jobs.models import Job
+from jobs.models import AttemptOutcome, Job
 from jobs.policy import Policy
 from observability import tracing
 
@@ -147,4 +147,21 @@ def started_attempt(job: Job, number: int, policy: Policy | None = None) -> Star
         policy=policy or policy_for(job.kind),
         queue=job.queue,
         trace_parent=job.trace_parent,
+    )
+
+
+def decide_end(
+    started: StartedAttempt, report: AttemptReport, *, now: datetime, attempts_made: int = 0
+) -> Decision | None:
+    """The decision on an attempt of `started` that ended with `report`: None after a
+    success, else decide_failure's (`attempts_made`: the job's, default `started.attempt`)."""
+    if report.outcome == AttemptOutcome.SUCCEEDED:
+        return None
+    return decide_failure(
+        kind=started.kind,
+        policy=started.policy,
+        report=report,
+        attempts_made=attempts_made or started.attempt,
+        max_attempts=started.max_attempts,
+        now=now,
     )

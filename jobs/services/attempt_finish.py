@@ -77,12 +77,4 @@ def attempt_memory_limit_end(
         decision = Decision(Action.DEAD, dead_reason=job.dead_reason)
     else:
         decision = Decision(Action.RETRY, delay_seconds=row.retry_delay_seconds or 0.0)
-    return AttemptEnd(
-        status=job.status,
-        job_status=job.status,
-        decision=decision,
-        outcome=AttemptOutcome.MEMORY_LIMIT,
-        next_attempt_at=job.next_attempt_at,
-        attempt=row.number,
-        max_attempts=job.max_attempts,
-    )
+    return AttemptEnd.after(job, row.number, AttemptOutcome.MEMORY_LIMIT, decision)

@@ -2,32 +2,18 @@
 
 from __future__ import annotations
 
-import uuid
+from typing import Any
 
 from jobs import engine
 from jobs.engine.values import Delivery, StartedAttempt
 
 
-def attempt_start(
-    *,
-    job_id: uuid.UUID | str,
-    attempt: int,
-    hostname: str,
-    pid: int,
-    rss_bytes: int | None,
-    resume: bool = False,
-) -> StartedAttempt | None:
+def attempt_start(**delivery: Any) -> StartedAttempt | None:
     """Begin the attempt a delivery asks for, or return None to drop it unrun.
 
-    `attempt` is the number the message was published for; `resume` is for a
-    retry of this very call after a lost connection. See Engine.start.
+    Keyword arguments are jobs.engine.values.Delivery's: `job_id`, `attempt`
+    (the number the message was published for), `hostname`, `pid`,
+    `rss_bytes`, `resume` (a retry of this very call after a lost
+    connection). See jobs.engine.Engine.start. Raises TypeError for others.
     """
-    delivery = Delivery(
-        job_id=job_id,
-        attempt=attempt,
-        hostname=hostname,
-        pid=pid,
-        rss_bytes=rss_bytes,
-        resume=resume,
-    )
-    return engine.current().start(delivery)
+    return engine.current().start(Delivery(**delivery))

@@ -71,15 +71,10 @@ def test_lifecycle_promote_due_returns_the_ids_to_publish(job_factory: Callable[
     assert due.status == JobStatus.QUEUED
 
 
-def test_lifecycle_expire_leases_closes_the_attempt_as_worker_lost(
-    job_factory: Callable[..., Job], attempt_factory: Callable[..., object]
-) -> None:
-    job = job_factory(
-        status=JobStatus.RUNNING,
-        attempts_made=1,
-        lease_expires_at=timezone.now() - timedelta(seconds=1),
-    )
-    attempt_factory(job, number=1)
+def test_lifecycle_expire_leases_closes_the_attempt_as_worker_lost(running_job: Job) -> None:
+    # given a running attempt whose lease ran out a second ago
+    job = running_job
+    Job.objects.filter(id=job.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
 
     (closed,) = lifecycle.expire_leases(Sweep(limit=10), backend=OrmBackend(), effects=Effects())
 

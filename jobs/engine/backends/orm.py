@@ -33,7 +33,7 @@ from jobs.engine.values import (
     StartedAttempt,
 )
 from jobs.engine.verdicts import (
-    decide_failure,
+    decide_end,
     log_budget_exhausted,
     log_decision,
     log_finished,
@@ -197,20 +197,15 @@ class OrmBackend:
             if row is None or row.finished_at is not None:
                 return AttemptEnd(status=None, job_status=job.status, outcome=report.outcome)
             if job.status != JobStatus.RUNNING or job.attempts_made != ref.number:
-                self._close(row, report, None, now=now, rss=ref.rss_bytes, effects=effects)
-                return AttemptEnd(status=None, job_status=job.status, outcome=report.outcome)
-            if report.outcome != AttemptOutcome.SUCCEEDED:
-                decision = decide_failure(
-                    kind=job.kind,
-                    policy=policy_for(job.kind),
-                    report=report,
-                    attempts_made=job.attempts_made,
-                    max_attempts=job.max_attempts,
-                    now=now,
+                # The job moved on (cancelled): the attempt is closed, nothing decided.
+                self._end(
+                    job, row, report, None, now=now, rss=ref.rss_bytes, effects=effects, moves=False
                 )
+                return AttemptEnd(status=None, job_status=job.status, outcome=report.outcome)
+            decision = decide_end(started_attempt(job, ref.number), report, now=now)
             self._end(job, row, report, decision, now=now, rss=ref.rss_bytes, effects=effects)
         log_finished(job, ref.number, report)
-        return finished(job, ref.number, report, decision)
+        return AttemptEnd.after(job, ref.number, report.outcome, decision)
 
     def lose(self, loss: Loss, *, now: datetime, effects: Effects) -> AttemptEnd:
         """jobs.engine.Engine.lose: the child running the job's current attempt died."""
@@ -232,14 +227,7 @@ class OrmBackend:
                 decision = self.lose_locked(
                     job, row, now=now, requeued=True, message=loss.message, effects=effects
                 )
-                return AttemptEnd(
-                    status=job.status,
-                    job_status=job.status,
-                    decision=decision,
-                    outcome=AttemptOutcome.WORKER_LOST,
-                    attempt=row.number,
-                    max_attempts=job.max_attempts,
-                )
+                return AttemptEnd.after(job, row.number, AttemptOutcome.WORKER_LOST, decision)
             if job.status == JobStatus.QUEUED:
                 # A child lost before its attempt started: Celery puts the message
                 # back on the queue; its publish time is now, so the lost-message
@@ -302,37 +290,27 @@ class OrmBackend:
         effects: Effects,
         requeued: bool = False,
         counted: dict[str, int] | None = None,
+        moves: bool = True,
     ) -> None:
-        """Write an attempt's end and the job's next status by `decision` (row locked);
-        `counted` are further job columns written with it (the lost-worker count)."""
-        ending = changes.ending(decision, report=report, now=now, requeued=requeued)
-        job.save(update_fields=changes.apply(job, ending.job | (counted or {})))
-        self._close(row, report, decision, now=now, rss=rss, effects=effects)
-        if job.is_terminal:
-            effects.send(events.job_completed, job=job)
-        if decision is not None:
-            log_decision(job, row.number, report.outcome, decision, job.last_error)
-
-    def _close(
-        self,
-        row: Attempt,
-        report: AttemptReport,
-        decision: Decision | None,
-        *,
-        now: datetime,
-        rss: int | None,
-        effects: Effects,
-    ) -> None:
-        """Write how attempt `row` ended; attempt_finished goes out with the decision."""
+        """Write how attempt `row` ended and, when the job `moves` on with it, the job's next
+        status by `decision` (row locked); `counted` are further job columns written with it
+        (the lost-worker count). attempt_finished goes out with the decision."""
+        if moves:
+            ending = changes.ending(decision, report=report, now=now, requeued=requeued)
+            job.save(update_fields=changes.apply(job, ending.job | (counted or {})))
         columns = changes.closed(report, decision, now=now)
         # An attempt ended from outside its child (hard limit, lost worker) is in its
         # job's trace too: every attempt of a job shares the submitting request's trace.
         columns["trace_id"] = (
-            report.trace_id or row.trace_id or tracing.trace_id_from(row.job.trace_parent)
+            report.trace_id or row.trace_id or tracing.trace_id_from(job.trace_parent)
         )
         columns["rss_after_bytes"] = rss
         row.save(update_fields=changes.apply(row, columns))
-        effects.send(events.attempt_finished, job=row.job, attempt=row, decision=decision)
+        effects.send(events.attempt_finished, job=job, attempt=row, decision=decision)
+        if moves and job.is_terminal:
+            effects.send(events.job_completed, job=job)
+        if moves and decision is not None:
+            log_decision(job, row.number, report.outcome, decision, job.last_error)
 
 
 def provably_over(previous: Attempt, job: Job, *, now: datetime, hostname: str) -> bool:
@@ -358,21 +336,6 @@ def provably_over(previous: Attempt, job: Job, *, now: datetime, hostname: str) 
         )
     except psutil.NoSuchProcess:
         return True
-
-
-def finished(
-    job: Job, attempt: int, report: AttemptReport, decision: Decision | None
-) -> AttemptEnd:
-    """The AttemptEnd of attempt `attempt` of `job` (after the change)."""
-    return AttemptEnd(
-        status=job.status,
-        job_status=job.status,
-        decision=decision,
-        outcome=report.outcome,
-        next_attempt_at=job.next_attempt_at if job.status == JobStatus.RETRYING else None,
-        attempt=attempt,
-        max_attempts=job.max_attempts,
-    )
 
 
 def _dropped(job: Job, attempt: int, why: str, effects: Effects) -> None:

@@ -32,9 +32,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from jobs import budget, events
-from jobs.decisions import Decision
 from jobs.engine import changes, sql
-from jobs.engine.backends.orm import OrmBackend, finished
+from jobs.engine.backends.orm import OrmBackend
 from jobs.engine.values import (
     AttemptEnd,
     AttemptRef,
@@ -44,14 +43,14 @@ from jobs.engine.values import (
     StartedAttempt,
 )
 from jobs.engine.verdicts import (
-    decide_failure,
+    decide_end,
     log_decision,
     log_finished,
     log_started,
     started_attempt,
 )
 from jobs.kinds import policy_for, registry
-from jobs.models import Attempt, AttemptOutcome, Job, JobStatus
+from jobs.models import Attempt, Job, JobStatus
 from observability import tracing
 
 
@@ -158,16 +157,7 @@ class PostgresBackend(OrmBackend):
         started = ref.started
         if started is None:
             return super().finish(ref, report, now=now, effects=effects)
-        decision: Decision | None = None
-        if report.outcome != AttemptOutcome.SUCCEEDED:
-            decision = decide_failure(
-                kind=started.kind,
-                policy=started.policy,
-                report=report,
-                attempts_made=ref.number,
-                max_attempts=started.max_attempts,
-                now=now,
-            )
+        decision = decide_end(started, report, now=now, attempts_made=ref.number)
         params = sql.finish_params(changes.ending(decision, report=report, now=now)) | {
             "job_id": str(started.job_id),
             "number": ref.number,
@@ -201,7 +191,7 @@ class PostgresBackend(OrmBackend):
         if job.is_terminal:
             effects.send(events.job_completed, job=job)
         log_finished(job, ref.number, report)
-        return finished(job, ref.number, report, decision)
+        return AttemptEnd.after(job, ref.number, report.outcome, decision)
 
     def finish_statement(self, params: dict[str, Any]) -> tuple[Job, dict[str, Any]] | None:
         """Run the finish; the job after it and the attempt's columns read back, or None."""

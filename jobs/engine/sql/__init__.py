@@ -1,6 +1,7 @@
 """The engine's named SQL: `<dialect>.sql` files, each query under `-- name: <name>`.
 
-`queries(dialect)` reads a file once per process and returns {name: text}
+`queries(dialect)` reads a dialect's file and shared.sql (the fragments both
+dialects' statements share) once per process and returns {name: text}
 (comment lines left out). `finish_params` turns an attempt's end
 (jobs.engine.changes.ending) into the finish statements' parameters: `j_`
 and `a_` prefix the job's and the attempt's columns, `set_<param>` says
@@ -23,17 +24,31 @@ ALWAYS_JOB_COLUMNS = ("status", "lease_expires_at", "waiting_reason", "waiting_d
 ATTEMPT_COLUMNS = ("finished_at", "outcome", "error_type", "error_message", "traceback")
 
 
-@cache
-def queries(dialect: str) -> dict[str, str]:
-    """{name: SQL} of `<dialect>.sql` ("postgres", "sqlite"). Raises OSError when absent."""
+def _sections(name: str) -> dict[str, str]:
+    """{section: text} of `<name>.sql`, comment lines left out."""
     found: dict[str, list[str]] = {}
     current: list[str] | None = None
-    for line in (HERE / f"{dialect}.sql").read_text().splitlines():
+    for line in (HERE / f"{name}.sql").read_text().splitlines():
         if line.startswith("-- name:"):
             current = found.setdefault(line.removeprefix("-- name:").strip(), [])
         elif current is not None and not line.lstrip().startswith("--"):
             current.append(line)
-    return {name: "\n".join(lines).strip() for name, lines in found.items()}
+    return {section: "\n".join(lines).strip() for section, lines in found.items()}
+
+
+@cache
+def queries(dialect: str) -> dict[str, str]:
+    """{name: SQL} of `<dialect>.sql` ("postgres", "sqlite"). Raises OSError when absent.
+
+    A dialect's `_`-named sections fill the {placeholders} of shared.sql's
+    fragments; the fragments fill its statements' {placeholders}.
+    """
+    own = _sections(dialect)
+    values = {name: text for name, text in own.items() if name.startswith("_")}
+    fragments = {name: text.format_map(values) for name, text in _sections("shared").items()}
+    return {
+        name: text.format_map(fragments) for name, text in own.items() if not name.startswith("_")
+    }
 
 
 def finish_params(changes: RowChanges) -> dict[str, Any]:

@@ -1,80 +1,42 @@
 -- The attempt transitions on SQLite (3.35+, RETURNING): two statements each, in one
 -- IMMEDIATE transaction (jobs.engine.backends.sqlite). Same conditions and columns as
--- postgres.sql; datetimes are naive UTC text, the job id 32 hex digits. %(leases)s maps each
--- kind to its lease's end, computed in Python (SQLite's date functions keep milliseconds).
+-- postgres.sql ({fragments} from shared.sql); datetimes are naive UTC text, the job id
+-- 32 hex digits; leases maps each kind to its lease's end, computed in Python (SQLite's
+-- date functions keep milliseconds only).
+
+-- name: _started_at
+MAX(%(now)s, COALESCE(enqueued_at, %(now)s))
+
+-- name: _lease
+json_extract(%(leases)s, '$."' || kind || '"')
+
+-- name: _finished_epoch
+(julianday(p.finished_at) - 2440587.5) * 86400.0
+
+-- name: _result
+%(j_result)s
 
 -- name: start_job
 UPDATE jobs_job
-SET deliveries = deliveries + 1,
-    status = %(running)s,
-    attempts_made = %(number)s,
-    started_at = COALESCE(started_at, MAX(%(now)s, COALESCE(enqueued_at, %(now)s))),
-    lease_expires_at = json_extract(%(leases)s, '$."' || kind || '"'),
-    waiting_reason = '',
-    waiting_detail = '',
-    progress_done = NULL,
-    progress_total = NULL,
-    progress_message = '',
-    progress_at = NULL
-WHERE id = %(job_id)s
-  AND status = %(queued)s
-  AND attempts_made = %(number)s - 1
-  AND json_extract(%(leases)s, '$."' || kind || '"') IS NOT NULL
-  AND (%(number)s = 1 OR EXISTS (
-      SELECT 1 FROM jobs_attempt p
-      WHERE p.job_id = jobs_job.id
-        AND p.number = %(number)s - 1
-        AND p.finished_at IS NOT NULL
-        AND p.retry_delay_seconds IS NOT NULL
-        AND (julianday(p.finished_at) - 2440587.5) * 86400.0 + p.retry_delay_seconds
-            BETWEEN %(due_from)s AND %(due_to)s
-  ))
+SET {start_job_set}
+WHERE {start_job_where}
 RETURNING *
 
 -- name: start_attempt
-INSERT INTO jobs_attempt (
-    job_id, number, worker_hostname, worker_pid, started_at, finished_at, outcome,
-    error_type, error_message, traceback, rss_before_bytes, rss_after_bytes,
-    retry_delay_seconds, trace_id
-)
+INSERT INTO jobs_attempt ({attempt_columns})
 VALUES (%(job_id)s, %(number)s, %(hostname)s, %(pid)s, %(started)s, NULL, '', '', '', '',
         %(rss)s, NULL, NULL, '')
 RETURNING id
 
 -- name: finish_job
 UPDATE jobs_job
-SET status = %(j_status)s,
-    result = CASE WHEN %(set_j_result)s THEN %(j_result)s ELSE result END,
-    finished_at = CASE WHEN %(set_j_finished_at)s THEN %(j_finished_at)s ELSE finished_at END,
-    dead_reason = CASE WHEN %(set_j_dead_reason)s THEN %(j_dead_reason)s ELSE dead_reason END,
-    next_attempt_at = CASE WHEN %(set_j_next_attempt_at)s THEN %(j_next_attempt_at)s
-                           ELSE next_attempt_at END,
-    last_error = CASE WHEN %(set_j_last_error)s THEN %(j_last_error)s ELSE last_error END,
-    lease_expires_at = NULL,
-    waiting_reason = %(j_waiting_reason)s,
-    waiting_detail = %(j_waiting_detail)s
-WHERE id = %(job_id)s
-  AND status = %(running)s
-  AND attempts_made = %(number)s
-  AND EXISTS (
-      SELECT 1 FROM jobs_attempt
-      WHERE job_id = %(job_id)s AND number = %(number)s AND finished_at IS NULL
-  )
+SET {finish_job_set}
+WHERE {finish_job_where}
 RETURNING *
 
 -- name: finish_attempt
 UPDATE jobs_attempt
-SET finished_at = %(a_finished_at)s,
-    outcome = %(a_outcome)s,
-    trace_id = CASE WHEN %(trace_id)s <> '' THEN %(trace_id)s
-                    WHEN trace_id <> '' THEN trace_id
-                    ELSE %(parent_trace_id)s END,
-    error_type = %(a_error_type)s,
-    error_message = %(a_error_message)s,
-    traceback = %(a_traceback)s,
-    rss_after_bytes = %(rss)s,
-    retry_delay_seconds = CASE WHEN %(set_a_retry_delay_seconds)s
-                               THEN %(a_retry_delay_seconds)s ELSE retry_delay_seconds END
+SET {finish_attempt_set}
 WHERE job_id = %(job_id)s AND number = %(number)s
 RETURNING id, worker_hostname, worker_pid, started_at, rss_before_bytes,
           retry_delay_seconds, trace_id
