@@ -25,7 +25,7 @@ cleaning.
 
 - `admit(kind, due, now)`: a retry starting in another window than the
   ones its reservation counted (it waited in a busy queue) is counted again
-  where it starts, or held (jobs.services.attempt_start): attempts are judged by
+  where it starts, or held (jobs.engine.backends.orm): attempts are judged by
   when they start.
 
 A window's limit counts only the first attempts already seen in it: a

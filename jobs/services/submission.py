@@ -403,7 +403,7 @@ def _stamp(stamps: list[tuple[uuid.UUID, int]]) -> None:
         # submission succeeded. Answering it with an error would make a client
         # without an idempotency key submit it again. Without the stamp the
         # outbox sweep publishes it once more, and the attempt's start drops
-        # whichever delivery comes second (jobs.services.attempt_start).
+        # whichever delivery comes second (jobs.engine.Engine.start).
         close_connections()
         (job_id, attempt), others = stamps[0], len(stamps) - 1
         logger.warning(
