@@ -1,13 +1,26 @@
-"""App config: loads the built-in kinds and every installed app's `kinds` module at startup."""
+"""App config: chooses the attempt engine and loads the built-in kinds and every installed app's `kinds` module at startup."""
+
+from typing import TYPE_CHECKING
 
 from django.apps import AppConfig
+
+if TYPE_CHECKING:
+    from jobs.engine import Engine
 
 
 class JobsConfig(AppConfig):
     name = "jobs"
     default_auto_field = "django.db.models.BigAutoField"
+    # The attempt engine this process chose in ready() (jobs.engine.current()).
+    engine: "Engine"
 
     def ready(self) -> None:
+        from django.db import connection  # noqa: PLC0415 - the database settings are read only now
+
+        from jobs.engine import Engine  # noqa: PLC0415 - the engine imports models
+
+        # The attempt engine's backend, chosen once for this process (jobs.engine).
+        self.engine = Engine.for_vendor(connection.vendor)
         # Importing registers: the built-in kinds, the receivers and checks, db_deadline's hook
         # on every connection, and the telemetry receivers (jobs.telemetry).
         from jobs import (  # noqa: F401, PLC0415 - registrations need the app registry ready

@@ -29,7 +29,7 @@ cleaning.
 
 - `admit(kind, due, now)`: a retry starting in another window than the
   ones its reservation counted (it waited in a busy queue) is counted again
-  where it starts, or held (jobs.services.attempt_start): attempts are judged by
+  where it starts, or held (jobs.engine.backends.orm): attempts are judged by
   when they start.
 
 A window's limit counts only the first attempts already seen in it: a
@@ -374,7 +374,7 @@ def admitted_due_range(now: float, config: BudgetConfig | None = None) -> tuple[
     returned is that interval narrowed by ADMITTED_MARGIN_SECONDS at each
     end, so a due time inside it is one `admit` would pass; one outside it
     must go through `admit`. Used by the attempt fast path
-    (jobs.services.attempt_sql) to start such retries in one statement.
+    (jobs.engine.backends.postgres) to start such retries in one statement.
     """
     config = config or BudgetConfig.from_settings()
     start = int(now // config.window) * config.window

@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobs import clock, selectors, services
+from jobs.engine.values import SubmitResult
 from jobs.errors import (
     ActionNotPermitted,
     IdempotencyConflict,
@@ -44,7 +45,6 @@ from jobs.errors import (
     QueueFull,
 )
 from jobs.models import Job, JobStatus
-from jobs.services.records import SubmitResult
 
 __all__ = [
     "ActionNotPermitted",

@@ -44,11 +44,11 @@ from django.conf import settings
 from opentelemetry import trace
 
 from jobs import events
+from jobs.engine.values import AttemptReport
 from jobs.kinds.base import AttemptContext
 from jobs.models import AttemptOutcome, Job
 from jobs.policy import Policy
 from jobs.reasons import AbortReason, Limit
-from jobs.services.records import AttemptReport
 from jobs.supervisor import supervisor
 from observability import tracing
 from observability.memory import owned_bytes

@@ -22,16 +22,23 @@ from django.conf import settings
 from django.db import DatabaseError, DataError
 from opentelemetry import trace
 
-from jobs import child_retire, events, memory_guard, redaction, services, state_store
+from jobs import child_retire, engine, events, memory_guard, redaction, services, state_store
 from jobs.cancellation import POLLER_THREAD_NAME
 from jobs.child_gc import ChildCollector
 from jobs.db import is_unavailable, run_with_reconnect
+from jobs.engine.values import (
+    AttemptEnd,
+    AttemptRef,
+    AttemptReport,
+    AttemptRun,
+    Delivery,
+    StartedAttempt,
+)
 from jobs.kinds import AttemptContext, Cancelled, Kind, PermanentError, RetryableError, get_kind
 from jobs.models import AttemptOutcome, Job, JobStatus
 from jobs.policy import Policy
 from jobs.progress import Progress, ProgressReporter
 from jobs.reasons import AbortReason, RecycleReason
-from jobs.services import AttemptEnd, AttemptReport, AttemptRun, StartedAttempt
 from jobs.supervisor import (
     SUPERVISOR_THREAD_NAME,
     AttemptAbort,
@@ -71,13 +78,15 @@ def execute_attempt(
     rss_before = rss_bytes()
     pid = os.getpid()
     started = run_with_reconnect(
-        lambda retry: services.attempt_start(
-            job_id=job_id,
-            attempt=attempt,
-            hostname=hostname,
-            pid=pid,
-            rss_bytes=rss_before,
-            resume=retry > 0,
+        lambda retry: engine.current().start(
+            Delivery(
+                job_id=job_id,
+                attempt=attempt,
+                hostname=hostname,
+                pid=pid,
+                rss_bytes=rss_before,
+                resume=retry > 0,
+            )
         ),
         what=f"starting attempt {attempt} of job {job_id}",
     )
@@ -287,10 +296,9 @@ def _record(
     rss: int | None,
     started: StartedAttempt | None = None,
 ) -> AttemptEnd:
+    ref = AttemptRef(job_id=job_id, number=attempt, started=started, rss_bytes=rss)
     try:
-        return services.attempt_finish(
-            job_id=job_id, attempt=attempt, report=report, rss_bytes=rss, started=started
-        )
+        return engine.current().finish(ref, report)
     except DataError as exc:
         # The database refused this outcome (a value it cannot store). Record
         # that as a permanent error rather than leave the job running until
@@ -305,9 +313,7 @@ def _record(
             retryable=False,
             trace_id=report.trace_id,
         )
-        return services.attempt_finish(
-            job_id=job_id, attempt=attempt, report=unstorable, rss_bytes=rss, started=started
-        )
+        return engine.current().finish(ref, unstorable)
 
 
 def run_kind(

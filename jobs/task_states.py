@@ -45,8 +45,8 @@ from celery.exceptions import Ignore, Retry
 
 from jobs.attempt_errors import AttemptError, error_class
 from jobs.decisions import Action
+from jobs.engine.values import AttemptEnd, AttemptReport
 from jobs.models import AttemptOutcome, JobStatus
-from jobs.services.records import AttemptEnd, AttemptReport
 
 MIB = 1024 * 1024
 

@@ -1,14 +1,22 @@
-"""Services: the only writers of job state (re-exported here; one module per concern).
+"""Services: the use cases callers ask for (re-exported here; one module per concern).
 
 Submit, publish, start and finish attempts, promote retries, sweep the
 outbox and expired leases, republish jobs whose message vanished, cancel,
 requeue and retry now (the `_for` variants on behalf of a user, under
-jobs.ownership's rule). Every state change follows
-DESIGN.md ("Job lifecycle", "Retries") and happens inside a transaction that
-locks the job row, so concurrent workers, the scheduler and the API never
-interleave on one job.
+jobs.ownership's rule). Every job and attempt row change is the engine's
+(jobs.engine: named transitions, DESIGN.md "Job lifecycle", "Retries");
+these modules are thin façades over it that add publishing, History and
+the cancellation signal.
 """
 
+from jobs.engine.values import (
+    RETRYABLE_OUTCOMES,
+    AttemptEnd,
+    AttemptReport,
+    AttemptRun,
+    StartedAttempt,
+    SubmitResult,
+)
 from jobs.services.attempt_finish import (
     attempt_finish,
     attempt_interrupted,
@@ -30,14 +38,6 @@ from jobs.services.outcomes import (
     outcomes_drain_local,
 )
 from jobs.services.ownership import job_cancel_for, job_requeue_for, job_retry_now_for
-from jobs.services.records import (
-    RETRYABLE_OUTCOMES,
-    AttemptEnd,
-    AttemptReport,
-    AttemptRun,
-    StartedAttempt,
-    SubmitResult,
-)
 from jobs.services.submission import job_publish, job_submit, jobs_publish, request_fingerprint
 from jobs.services.sweeps import leases_expire, outbox_reopen, outbox_sweep, retries_promote_due
 from jobs.services.worker_loss import attempt_worker_lost

@@ -1,5 +1,8 @@
 """Cancel, requeue and retry-now, for the API, the admin and background bulk actions.
 
+The row changes are the engine's (jobs.engine.lifecycle); here the use
+case around them: publishing, the cancellation signal, History and logs.
+
 Each takes an optional `actor` (the user asking) and `via` (where the
 request came from: "admin", "API", ...); with an actor, the change is also
 recorded in the job's admin History (jobs.services.audit).
@@ -23,20 +26,17 @@ from typing import Any
 
 from django.db import transaction
 
-from jobs import selectors, waiting
+from jobs import engine
 from jobs.cancellation import cancel_request
-from jobs.errors import InvalidTransition
+from jobs.engine.lifecycle import requeue_max_attempts
+from jobs.engine.values import JobRef, Moved
 from jobs.models import Job, JobStatus
-from jobs.services.attempt_close import job_completed
 from jobs.services.audit import job_action_record
 from jobs.services.submission import job_publish
 
 logger = logging.getLogger(__name__)
 
-
-def requeue_max_attempts(*, attempts_made: int, max_attempts: int) -> int:
-    """The `max_attempts` a dead job gets when requeued: the attempts it has left, at least one."""
-    return max(max_attempts, attempts_made + 1)
+__all__ = ["job_cancel", "job_requeue", "job_retry_now", "requeue_max_attempts"]
 
 
 def job_cancel(*, job_id: uuid.UUID | str, actor: Any = None, via: str = "API") -> Job:
@@ -48,26 +48,8 @@ def job_cancel(*, job_id: uuid.UUID | str, actor: Any = None, via: str = "API") 
     or InvalidTransition when the job is terminal.
     """
     with transaction.atomic():
-        job = Job.objects.select_for_update().get(id=job_id)
-        if job.is_terminal:
-            raise InvalidTransition(
-                f"job is {job.status}; only queued, delayed, retrying or running jobs can be cancelled"
-            )
-        was = job.status
-        job.status = JobStatus.CANCELLED
-        job.finished_at = selectors.database_now()
-        job.next_attempt_at = None
-        job.lease_expires_at = None
-        job.save(
-            update_fields=[
-                "status",
-                "finished_at",
-                "next_attempt_at",
-                "lease_expires_at",
-                *waiting.apply(job, None),
-            ]
-        )
-        job_completed(job)
+        moved = engine.current().cancel(JobRef(job_id))
+        job, was = moved.job, moved.was
         if was == JobStatus.RUNNING:
             transaction.on_commit(lambda: _signal_cancel(job.id))
         job_action_record(job=job, actor=actor, message=f"Cancelled via {via}: {was} → cancelled.")
@@ -83,45 +65,20 @@ def _signal_cancel(job_id: uuid.UUID) -> None:
         logger.warning("could not signal cancellation job_id=%s: %s", job_id, exc)
 
 
-def _queue_now(job: Job, fields: list[str]) -> None:
-    """Queue the locked `job` for its next attempt now; publish when the transaction commits."""
-    job.status = JobStatus.QUEUED
-    job.next_attempt_at = None
-    job.enqueued_at = selectors.database_now()
-    job.published_at = None
-    job.save(
-        update_fields=[
-            "status",
-            "next_attempt_at",
-            "enqueued_at",
-            "published_at",
-            *waiting.apply(job, None),
-            *fields,
-        ]
-    )
-    transaction.on_commit(lambda: job_publish(job_id=job.id))
-
-
-def _requeue_locked(job: Job, *, actor: Any, verb: str, via: str) -> None:
-    before = job.max_attempts
-    reason = job.dead_reason or "unknown reason"
-    job.max_attempts = requeue_max_attempts(
-        attempts_made=job.attempts_made, max_attempts=job.max_attempts
-    )
-    job.worker_losses = 0  # the poison count starts again
-    job.dead_reason = ""
-    job.finished_at = None
-    _queue_now(job, ["max_attempts", "worker_losses", "dead_reason", "finished_at"])
+def _requeued(moved: Moved, *, actor: Any, verb: str, via: str) -> None:
+    """Publish a job queued again from the dead-letter set, and say so in its History."""
+    job, before = moved.job, moved.max_attempts_before
     left = job.max_attempts - job.attempts_made
     budget = (
         f"max attempts {before} → {job.max_attempts} (one more attempt)"
         if job.max_attempts != before
         else f"max attempts stays {before} ({left} attempt{'s' if left != 1 else ''} left)"
     )
+    transaction.on_commit(lambda: job_publish(job_id=job.id))
     job_action_record(
         job=job,
         actor=actor,
-        message=f"{verb} via {via}: dead ({reason}) → queued; "
+        message=f"{verb} via {via}: dead ({moved.reason}) → queued; "
         f"{job.attempts_made} attempts made, {budget}.",
     )
 
@@ -133,10 +90,9 @@ def job_requeue(*, job_id: uuid.UUID | str, actor: Any = None, via: str = "API")
     or InvalidTransition unless the job is dead.
     """
     with transaction.atomic():
-        job = Job.objects.select_for_update().get(id=job_id)
-        if job.status != JobStatus.DEAD:
-            raise InvalidTransition(f"job is {job.status}; only dead jobs can be requeued")
-        _requeue_locked(job, actor=actor, verb="Requeued", via=via)
+        moved = engine.current().requeue(JobRef(job_id))
+        _requeued(moved, actor=actor, verb="Requeued", via=via)
+    job = moved.job
     logger.info(
         "job requeued job_id=%s kind=%s max_attempts=%s via=%s",
         job.id,
@@ -156,27 +112,23 @@ def job_retry_now(*, job_id: uuid.UUID | str, actor: Any = None, via: str = "API
     other status.
     """
     with transaction.atomic():
-        job = Job.objects.select_for_update().get(id=job_id)
-        if job.status == JobStatus.RETRYING:
-            due = job.next_attempt_at
-            _queue_now(job, [])
-            enqueued = job.enqueued_at
+        moved = engine.current().retry_now(JobRef(job_id))
+        job = moved.job
+        if moved.was == JobStatus.DEAD:
+            _requeued(moved, actor=actor, verb="Retried now", via=via)
+        else:
+            due, enqueued = moved.due, job.enqueued_at
             wait = (
                 f", {max(0.0, (due - enqueued).total_seconds()):.1f} s early"
                 if due and enqueued
                 else ""
             )
+            transaction.on_commit(lambda: job_publish(job_id=job.id))
             job_action_record(
                 job=job,
                 actor=actor,
                 message=f"Retried now via {via}: retrying → queued{wait}; "
                 f"attempt {job.attempts_made + 1} of {job.max_attempts}.",
-            )
-        elif job.status == JobStatus.DEAD:
-            _requeue_locked(job, actor=actor, verb="Retried now", via=via)
-        else:
-            raise InvalidTransition(
-                f"job is {job.status}; only dead or retrying jobs can be retried now"
             )
     logger.info("job retried now job_id=%s kind=%s via=%s", job.id, job.kind, via)
     return job

@@ -37,7 +37,7 @@ that does not grow with the backlog:
    read is "still in the broker" whatever its stamp. No such message within
    the window: no verdict for that sub-queue on this pass (it will have one
    once the restored messages are consumed). A requeue after a lost child
-   updates `published_at` before the LPUSH (jobs.services.worker_loss), so that
+   updates `published_at` before the LPUSH (jobs.engine.Engine.lose), so that
    job is not older than the messages ahead of it; the margin (below)
    covers the time between the two.
 4. One indexed query (a partial index on queue, priority, published_at of

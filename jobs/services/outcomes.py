@@ -38,9 +38,9 @@ from django.db import DatabaseError
 
 from jobs.broker import broker_client
 from jobs.db import is_unavailable
+from jobs.engine.values import AttemptReport
 from jobs.models import AttemptOutcome
 from jobs.services.attempt_finish import attempt_finish
-from jobs.services.records import AttemptReport
 
 logger = logging.getLogger(__name__)
 

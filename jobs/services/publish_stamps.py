@@ -11,7 +11,7 @@ JOBS_PUBLISH_STAMP_DELAY_SECONDS in one statement on its own connection.
 Nothing is lost when a stamp is late or never written. A row left
 unstamped is in the outbox: the sweep publishes it again after
 JOBS_SWEEP_UNPUBLISHED_AFTER seconds and the attempt's start drops the
-second delivery unrun (jobs.services.attempt_start), exactly as after a
+second delivery unrun (jobs.engine.Engine.start), exactly as after a
 connection lost between the publish and the stamp. A stamp written later
 than the publish only says the message was pushed "no later than" the
 stamp, which is all the lost-message check reads from it

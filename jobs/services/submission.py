@@ -18,14 +18,14 @@ from django.db.models.functions import Now
 from rest_framework.exceptions import ValidationError
 
 from config.celery_app import app
-from jobs import broker, clock, events, selectors, task_names, waiting
+from jobs import broker, clock, engine, events, selectors, task_names
 from jobs.db import close_connections, is_unavailable
+from jobs.engine.values import SubmitResult
 from jobs.errors import IdempotencyConflict, InvalidSubmission, QueueFull
 from jobs.jsonsafe import json_problem
 from jobs.kinds import UnknownKind, get_kind, policy_for
 from jobs.models import Job, JobStatus
 from jobs.services.publish_stamps import defer_stamp, write_stamps
-from jobs.services.records import SubmitResult
 from observability import tracing
 
 logger = logging.getLogger(__name__)
@@ -153,15 +153,13 @@ def job_submit(
     policy = policy_for(kind)
     now = clock.now()
     delayed = run_after is not None and run_after > now
-    job = Job(
+    job = engine.current().submitted(
+        delayed=delayed,
+        run_after=run_after,
         kind=kind,
         queue=queue,
         priority=priority,
         payload=validated,
-        status=JobStatus.DELAYED if delayed else JobStatus.QUEUED,
-        run_after=run_after,
-        next_attempt_at=run_after if delayed else None,
-        **waiting.fields(waiting.for_run_after(run_after=run_after) if delayed else None),
         max_attempts=policy.max_attempts,
         idempotency_key=idempotency_key or None,
         request_fingerprint=fingerprint,
@@ -405,7 +403,7 @@ def _stamp(stamps: list[tuple[uuid.UUID, int]]) -> None:
         # submission succeeded. Answering it with an error would make a client
         # without an idempotency key submit it again. Without the stamp the
         # outbox sweep publishes it once more, and the attempt's start drops
-        # whichever delivery comes second (jobs.services.attempt_start).
+        # whichever delivery comes second (jobs.engine.Engine.start).
         close_connections()
         (job_id, attempt), others = stamps[0], len(stamps) - 1
         logger.warning(

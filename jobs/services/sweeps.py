@@ -1,18 +1,18 @@
-"""The scheduler's passes: due retries, the outbox, lost messages, expired leases."""
+"""The scheduler's passes: due retries, the outbox, expired leases (row changes: jobs.engine)."""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.conf import settings
 from django.db import DatabaseError, transaction
 
-from jobs import outbox_claim, selectors, waiting
-from jobs.models import Job, JobStatus
+from jobs import engine, outbox_claim, selectors
+from jobs.engine.lifecycle import unpublished_before
+from jobs.engine.values import Sweep
+from jobs.models import JobStatus
 from jobs.services.submission import job_publish, jobs_publish
-from jobs.services.worker_loss import record_worker_lost
 
 logger = logging.getLogger(__name__)
 
@@ -25,24 +25,10 @@ def retries_promote_due(*, now: datetime | None = None, limit: int = 500, claime
     refused is released for the sweep. Returns how many were promoted. Safe
     to run in several schedulers at once.
     """
-    now = now or selectors.database_now()
     with transaction.atomic():
-        ids = list(
-            selectors.jobs_due_for_retry(now=now, limit=limit)
-            .select_for_update(skip_locked=True)
-            .values_list("id", flat=True)
-        )
-        if not ids:
-            return 0
-        Job.objects.filter(id__in=ids, status__in=(JobStatus.RETRYING, JobStatus.DELAYED)).update(
-            status=JobStatus.QUEUED,
-            next_attempt_at=None,
-            enqueued_at=now,
-            published_at=None,
-            **waiting.NOT_WAITING,
-            **outbox_claim.claim_fields(claimer=claimer),
-        )
-        transaction.on_commit(lambda: _publish_claimed(job_ids=ids, claimer=claimer))
+        ids = engine.current().promote_due(Sweep(now=now, limit=limit, claimer=claimer))
+        if ids:
+            transaction.on_commit(lambda: _publish_claimed(job_ids=ids, claimer=claimer))
     return len(ids)
 
 
@@ -67,8 +53,7 @@ def outbox_sweep(*, now: datetime | None = None, limit: int = 500, claimer: str 
     Each row is claimed for `claimer` before it is published (jobs.outbox_claim),
     so two schedulers sweeping at once publish it once. Returns how many were published.
     """
-    now = now or selectors.database_now()
-    before = now - timedelta(seconds=settings.JOBS_SWEEP_UNPUBLISHED_AFTER)
+    before = unpublished_before(now or selectors.database_now())
     ids = outbox_claim.claim_unpublished(claimer=claimer, enqueued_before=before, limit=limit)
     # Stops at the first refused publish (the broker is down): the rest on the next pass.
     published = _publish_claimed(job_ids=ids, claimer=claimer)
@@ -84,21 +69,13 @@ def outbox_reopen(*, published_before: datetime, limit: int = 500) -> int:
     eviction). A message that was not lost after all is delivered twice;
     attempt_start drops the second copy. Returns how many rows were reopened.
     """
-    ids = list(
-        selectors.jobs_published_before(published_before=published_before, limit=limit).values_list(
-            "id", flat=True
+    reopened = engine.current().reopen_outbox(published_before=published_before, limit=limit)
+    if reopened:
+        logger.warning(
+            "outbox reopened for %s queued jobs published before %s",
+            reopened,
+            published_before.isoformat(),
         )
-    )
-    if not ids:
-        return 0
-    reopened = Job.objects.filter(
-        id__in=ids, status=JobStatus.QUEUED, published_at__lt=published_before
-    ).update(published_at=None, publish_claimed_until=None)
-    logger.warning(
-        "outbox reopened for %s queued jobs published before %s",
-        reopened,
-        published_before.isoformat(),
-    )
     return reopened
 
 
@@ -109,30 +86,8 @@ def leases_expire(*, now: datetime | None = None, limit: int = 500) -> int:
     running; its worker died without any process able to record it (e.g.
     the whole worker was killed). Returns how many attempts were closed.
     """
-    now = now or selectors.database_now()
-    closed = 0
-    for job_id in list(
-        selectors.jobs_lease_expired(now=now, limit=limit).values_list("id", flat=True)
-    ):
-        with transaction.atomic():
-            job = (
-                Job.objects.select_for_update()
-                .filter(id=job_id, status=JobStatus.RUNNING, lease_expires_at__lt=now)
-                .first()
-            )
-            if job is None:
-                continue
-            row = job.attempts.filter(number=job.attempts_made).first()
-            if row is None or row.finished_at is not None:
-                continue
-            record_worker_lost(
-                job,
-                row,
-                now=now,
-                requeued=False,
-                message="lease expired: no worker finished this attempt",
-            )
-            if job.status == JobStatus.QUEUED:
-                transaction.on_commit(lambda j=job.id: job_publish(job_id=j))
-            closed += 1
-    return closed
+    closed = engine.current().expire_leases(Sweep(now=now, limit=limit))
+    for job in closed:
+        if job.status == JobStatus.QUEUED:
+            transaction.on_commit(lambda j=job.id: job_publish(job_id=j))
+    return len(closed)

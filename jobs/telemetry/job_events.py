@@ -126,7 +126,7 @@ def on_job_completed(job: Job, **_: Any) -> None:
 def on_delivery_dropped(job: Job, reason: str, **_: Any) -> None:
     m.jobs_duplicate_deliveries_total.labels(job.kind, job.queue, reason).inc()
     if reason == DropReason.BUDGET:
-        # A retry held at its start (jobs.services.attempt_start._held_by_retry_budget):
+        # A retry held at its start (jobs.engine.backends.orm.OrmBackend.hold):
         # refused by the budget, deferred while its job waits again.
         m.jobs_retry_budget_exhausted_total.labels(job.kind, job.queue).inc()
         if job.status == JobStatus.RETRYING:

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PATH = [
     "jobs/runner.py",
     "jobs/db.py",
-    "jobs/services/attempt_finish.py",
+    "jobs/engine/__init__.py",
     "jobs/telemetry/job_events.py",
 ]
 

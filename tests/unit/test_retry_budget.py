@@ -207,7 +207,7 @@ def test_attempt_finish_over_budget_defers_then_dead_budget(
             )
             for job in jobs
         ]
-    # (with what attempt_start returned, the finish is one statement: jobs.services.attempt_sql)
+    # (with what attempt_start returned, the finish is one statement: jobs.engine.backends)
     ends = [
         services.attempt_finish(
             job_id=j.id, attempt=1, report=failed, started=s if one_statement else None

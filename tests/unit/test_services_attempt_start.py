@@ -12,9 +12,12 @@ from typing import Any
 
 import psutil
 import pytest
+from django.apps import apps
 from django.utils import timezone
 
 from jobs import services
+from jobs.engine import Engine
+from jobs.engine.backends import OrmBackend
 from jobs.kinds import policy_for
 from jobs.models import AttemptOutcome, DeadReason, Job, JobStatus
 from jobs.runner import execute_attempt
@@ -76,7 +79,7 @@ def test_attempt_start_never_reads_before_the_enqueue_it_ran_from(
     ahead = timezone.now() + timedelta(milliseconds=40)
     Job.objects.filter(id=job.id).update(enqueued_at=ahead)
     if not fast:
-        monkeypatch.setattr("jobs.services.attempt_sql.enabled", lambda: False)
+        monkeypatch.setattr(apps.get_app_config("jobs"), "engine", Engine(OrmBackend()))
 
     # when this host starts it at once
     assert _start(job, 1) is not None

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.db import DataError
 
-from jobs import runner, services
+from jobs import engine, runner, services
 from jobs.models import AttemptOutcome, DeadReason, JobStatus
 from jobs.services import AttemptReport
 
@@ -48,16 +48,17 @@ def test_runner_records_an_unstorable_outcome_as_permanent_error(
     running_job: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given a database that refuses the first outcome written (as PostgreSQL does for some values)
-    real_finish = services.attempt_finish
+    the_engine = engine.current()
+    real_finish = the_engine.finish
     calls: list[AttemptReport] = []
 
-    def refusing_once(**kwargs: Any) -> Any:
-        calls.append(kwargs["report"])
+    def refusing_once(ref: Any, report: AttemptReport) -> Any:
+        calls.append(report)
         if len(calls) == 1:
             raise DataError("unsupported Unicode escape sequence")
-        return real_finish(**kwargs)
+        return real_finish(ref, report)
 
-    monkeypatch.setattr(services, "attempt_finish", refusing_once)
+    monkeypatch.setattr(the_engine, "finish", refusing_once)
 
     # when the runner records a success
     status = runner._finish(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import sys
@@ -17,10 +16,8 @@ from django.utils import timezone
 
 from jobs import state_store
 from jobs.checks import check_state_store
+from jobs.engine.backends.orm import provably_over
 from jobs.reasons import StateStore
-
-# The module (jobs.services re-exports its function under the same name).
-attempt_start_module = importlib.import_module("jobs.services.attempt_start")
 
 
 def test_state_store_default_is_redis_on_sqlite(settings: Any) -> None:
@@ -104,6 +101,4 @@ def test_attempt_provably_over_compares_database_times_whatever_the_host_clock(
     monkeypatch.setattr(time, "time", lambda: real_time() + host_ahead)
     monkeypatch.setattr(psutil.Process, "create_time", lambda self: real_create(self) + host_ahead)
     # then the process is still the attempt's: not provably over
-    assert not attempt_start_module._attempt_provably_over(
-        previous, job, now=now, hostname="other@" + os.uname().nodename
-    )
+    assert not provably_over(previous, job, now=now, hostname="other@" + os.uname().nodename)

@@ -13,9 +13,9 @@ from celery.worker.request import Request
 from jobs.attempt_errors import AttemptError, error_class
 from jobs.budget import Reservation
 from jobs.decisions import Action, Decision, decide
+from jobs.engine.values import AttemptEnd, AttemptReport
 from jobs.models import AttemptOutcome, DeadReason, JobStatus
 from jobs.policy import Policy
-from jobs.services.records import AttemptEnd, AttemptReport
 from jobs.task_states import AttemptRevoked, DeliveryIgnored, raise_for, summary
 
 POLICY = Policy(max_attempts=5, backoff_base=1, backoff_cap=4, backoff_floor=0.5)

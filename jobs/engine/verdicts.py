@@ -1,71 +1,26 @@
-"""What every way an attempt ends shares: closing its row, the retry decision, events and logs.
+"""The verdict on a failed attempt (the one decision with its retry budget) and the engine's log lines.
 
-Used by jobs.services.attempt_finish (the attempt's own outcome),
-jobs.services.worker_loss (its child died) and jobs.services.attempt_start
-(a retry held by the retry budget at its start).
+Used by every backend (jobs.engine.backends): the decision is made before
+the write, so the one-statement paths and the ORM path decide alike.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from contextlib import nullcontext
 from datetime import datetime
-from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 
-from jobs import budget, events
+from jobs import budget
 from jobs.decisions import Action, Decision, decide
-from jobs.models import Attempt, Job
+from jobs.engine.values import AttemptReport, StartedAttempt
+from jobs.kinds import policy_for
+from jobs.models import AttemptOutcome, Job
 from jobs.policy import Policy
-from jobs.services.records import AttemptReport, without_nul
 from observability import tracing
 
 logger = logging.getLogger(__name__)
-
-
-def savepoint_if_nested() -> Any:
-    """A context manager for a one-statement write: a savepoint inside a transaction, else nothing.
-
-    The statement needs no transaction of its own; inside a caller's
-    transaction (tests), a savepoint keeps a refused write (DataError) from
-    aborting it, as the general path's atomic block does.
-    """
-    return transaction.atomic() if transaction.get_connection().in_atomic_block else nullcontext()
-
-
-def close_attempt(
-    row: Attempt, report: AttemptReport, *, now: datetime, decision: Decision | None = None
-) -> None:
-    """Write how attempt `row` ended (`report`, at `now`) and send attempt_finished after commit.
-
-    Error type, message and traceback are cut to their columns (255, 10,000
-    and the last 20,000 characters) and stripped of NUL, which PostgreSQL
-    text refuses. Raises the database's errors.
-    """
-    # Sent after commit, when `row.job` holds the job's final state; the
-    # decision travels with it so telemetry never re-derives it.
-    transaction.on_commit(
-        lambda: events.attempt_finished.send(
-            sender=Job, job=row.job, attempt=row, decision=decision
-        )
-    )
-    row.finished_at = now
-    row.outcome = report.outcome
-    # An attempt ended from outside its child (hard limit, lost worker) is in its
-    # job's trace too: every attempt of a job shares the submitting request's trace.
-    row.trace_id = report.trace_id or row.trace_id or tracing.trace_id_from(row.job.trace_parent)
-    row.error_type = without_nul(report.error_type[:255])
-    row.error_message = without_nul(report.error_message[:10_000])
-    row.traceback = without_nul(report.traceback[-20_000:])
-    row.save()
-
-
-def job_completed(job: Job) -> None:
-    """Send jobs.events.job_completed for `job` (now terminal) once the transaction commits."""
-    transaction.on_commit(lambda: events.job_completed.send(sender=Job, job=job))
 
 
 def log_decision(job: Job, attempt: int, outcome: str, decision: Decision, error: str) -> None:
@@ -153,3 +108,60 @@ def decide_failure(
     if decision.budget_first_exhaustion:
         log_budget_exhausted(kind)
     return decision
+
+
+def log_started(job: Job, number: int) -> None:
+    """One INFO line per attempt started."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.info(
+            "attempt started job_id=%s kind=%s attempt=%s trace_id=%s",
+            job.id,
+            job.kind,
+            number,
+            tracing.trace_id_from(job.trace_parent),
+        )
+
+
+def log_finished(job: Job, attempt: int, report: AttemptReport) -> None:
+    """One INFO line per attempt recorded, with the job's status after it."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.info(
+            "attempt finished job_id=%s kind=%s attempt=%s outcome=%s status=%s trace_id=%s",
+            job.id,
+            job.kind,
+            attempt,
+            report.outcome,
+            job.status,
+            report.trace_id or tracing.trace_id_from(job.trace_parent),
+        )
+
+
+def started_attempt(job: Job, number: int, policy: Policy | None = None) -> StartedAttempt:
+    """What the runner needs to run attempt `number` of `job` (the kind's policy when not given)."""
+    return StartedAttempt(
+        job_id=job.id,
+        kind=job.kind,
+        payload=job.payload,
+        attempt=number,
+        max_attempts=job.max_attempts,
+        policy=policy or policy_for(job.kind),
+        queue=job.queue,
+        trace_parent=job.trace_parent,
+    )
+
+
+def decide_end(
+    started: StartedAttempt, report: AttemptReport, *, now: datetime, attempts_made: int = 0
+) -> Decision | None:
+    """The decision on an attempt of `started` that ended with `report`: None after a
+    success, else decide_failure's (`attempts_made`: the job's, default `started.attempt`)."""
+    if report.outcome == AttemptOutcome.SUCCEEDED:
+        return None
+    return decide_failure(
+        kind=started.kind,
+        policy=started.policy,
+        report=report,
+        attempts_made=attempts_made or started.attempt,
+        max_attempts=started.max_attempts,
+        now=now,
+    )

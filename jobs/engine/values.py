@@ -1,21 +1,33 @@
-"""Value types that services take and return.
+"""Value types the engine's operations take and return (jobs.engine; re-exported by jobs.services).
 
 An attempt ending with one of RETRYABLE_OUTCOMES may be retried, policy
-permitting (jobs.decisions).
+permitting (jobs.decisions). `Effects` collects what an operation sends
+once its transaction commits; only the engine's boundary sends it.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+from django.dispatch import Signal
+
 from jobs.decisions import RETRYABLE_OUTCOMES, Decision
-from jobs.models import AttemptOutcome, Job
+from jobs.models import AttemptOutcome, Job, JobStatus
 from jobs.policy import Policy
 
 __all__ = [
     "RETRYABLE_OUTCOMES",
+    "AttemptRef",
+    "Delivery",
+    "Effects",
+    "JobRef",
+    "Loss",
+    "Moved",
+    "Sweep",
     "AttemptEnd",
     "AttemptRun",
     "AttemptReport",
@@ -107,6 +119,19 @@ class AttemptEnd:
     max_attempts: int = 0
     spooled: bool = False
 
+    @classmethod
+    def after(cls, job: Job, attempt: int, outcome: str, decision: Decision | None) -> AttemptEnd:
+        """What recording attempt `attempt` (ended with `outcome`) did to `job`, read after it."""
+        return cls(
+            status=job.status,
+            job_status=job.status,
+            decision=decision,
+            outcome=outcome,
+            next_attempt_at=job.next_attempt_at if job.status == JobStatus.RETRYING else None,
+            attempt=attempt,
+            max_attempts=job.max_attempts,
+        )
+
 
 @dataclass(frozen=True)
 class AttemptRun:
@@ -131,3 +156,93 @@ class AttemptRun:
     def status(self) -> str | None:
         """The job's status after this delivery, or None when it recorded nothing."""
         return self.end.status if self.end is not None else None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A message asking to run attempt `attempt` of job `job_id` in process `pid` on `hostname`.
+
+    `rss_bytes` is the child's resident memory before the attempt; `resume`
+    marks a retry of the same start after a lost connection (the first try
+    may have committed).
+    """
+
+    job_id: uuid.UUID | str
+    attempt: int
+    hostname: str
+    pid: int
+    rss_bytes: int | None = None
+    resume: bool = False
+
+
+@dataclass(frozen=True)
+class AttemptRef:
+    """Attempt `number` of job `job_id`; `started` is what engine.start returned when this
+    process ran it (the common case is then one statement); `rss_bytes` the child's
+    resident memory after it."""
+
+    job_id: uuid.UUID | str
+    number: int
+    started: StartedAttempt | None = None
+    rss_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Loss:
+    """Child `worker_pid` (None: unknown) died running job `job_id`, whose message was
+    published for attempt `attempt`; `message` is the error text stored."""
+
+    job_id: uuid.UUID | str
+    attempt: int
+    worker_pid: int | None
+    message: str
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """Job `job_id`, acted on by an operator or a caller (cancel, requeue, retry now)."""
+
+    job_id: uuid.UUID | str
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A scheduler pass: rows due at `now` (None: the database's now), at most `limit`,
+    claimed for `claimer` (jobs.outbox_claim) where the pass publishes them."""
+
+    now: datetime | None = None
+    limit: int = 500
+    claimer: str = ""
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A job after an operator's transition: `was` its status before, `due` its
+    `next_attempt_at` before (retry now), `max_attempts_before` its attempt budget
+    before, `reason` why it was dead (requeue)."""
+
+    job: Job
+    was: str
+    due: datetime | None = None
+    max_attempts_before: int = 0
+    reason: str = ""
+
+
+@dataclass
+class Effects:
+    """What an operation sends once its transaction commits (signals, then callables).
+
+    Filled by the engine's backends, sent by the engine's boundary (jobs.engine),
+    so every operation's events leave from one place.
+    """
+
+    events: list[tuple[Signal, dict[str, Any]]] = field(default_factory=list)
+    calls: list[Callable[[], Any]] = field(default_factory=list)
+
+    def send(self, signal: Signal, **kwargs: Any) -> None:
+        """Send `signal` (sender Job) with `kwargs` after commit."""
+        self.events.append((signal, kwargs))
+
+    def call(self, fn: Callable[[], Any]) -> None:
+        """Call `fn` after commit."""
+        self.calls.append(fn)

@@ -1,4 +1,4 @@
-"""jobs.services.attempt_sql on SQLite: the fast path writes what the general path writes.
+"""jobs.engine.backends.sqlite: the fast path writes what the general path writes.
 
 The unit tests run on SQLite, so here the fast path's start and finish are
 the two-statement SQLite form (UPDATE ... RETURNING in an IMMEDIATE
@@ -18,10 +18,11 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from jobs import budget, events, services
+from jobs import budget, engine, events, services
+from jobs.engine.backends import SqliteBackend
 from jobs.kinds import policy_for
 from jobs.models import AttemptOutcome, DeadReason, Job, JobStatus
-from jobs.services import AttemptReport, attempt_sql, attempt_sql_sqlite
+from jobs.services import AttemptReport
 
 pytestmark = pytest.mark.django_db
 
@@ -32,10 +33,11 @@ HOST = "worker-1@unit-box"
 def fast_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Counts of the SQLite fast path's writes that found their row."""
     calls = {"start": 0, "finish": 0}
-    start, finish = attempt_sql_sqlite.start, attempt_sql_sqlite.finish
+    backend = engine.current().backend
+    start, finish = backend.start_statement, backend.finish_statement  # type: ignore[attr-defined]
 
-    def counted_start(**kwargs: Any) -> Any:
-        found = start(**kwargs)
+    def counted_start(params: dict[str, Any]) -> Any:
+        found = start(params)
         calls["start"] += found is not None
         return found
 
@@ -44,8 +46,8 @@ def fast_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         calls["finish"] += found is not None
         return found
 
-    monkeypatch.setattr(attempt_sql_sqlite, "start", counted_start)
-    monkeypatch.setattr(attempt_sql_sqlite, "finish", counted_finish)
+    monkeypatch.setattr(backend, "start_statement", counted_start)
+    monkeypatch.setattr(backend, "finish_statement", counted_finish)
     return calls
 
 
@@ -71,7 +73,7 @@ def _start(job: Job) -> Any:
 
 def test_sqlite_has_the_fast_path() -> None:
     assert connection.vendor == "sqlite"
-    assert attempt_sql.enabled()
+    assert isinstance(engine.current().backend, SqliteBackend)
 
 
 def test_start_sets_running_with_the_kinds_lease_and_inserts_the_attempt(

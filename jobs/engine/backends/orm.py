@@ -1,0 +1,353 @@
+"""The general path: every attempt transition through Django's ORM, the job row locked.
+
+Each operation runs in a transaction that locks the job row (SELECT ...
+FOR UPDATE), so concurrent workers, the scheduler and the API never
+interleave on one job. Used alone on databases without a fast path, and as
+the fallback of the PostgreSQL and SQLite backends for every case their
+statements do not match (duplicates, redeliveries after a lost worker, a
+resumed start, an attempt already recorded). Events go into the `Effects`
+passed in; the engine's boundary sends them after commit (jobs.engine).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from datetime import UTC, datetime, timedelta
+
+import psutil
+from django.conf import settings
+from django.db import transaction
+from django.db.models.functions import Now
+
+from jobs import budget, events, waiting
+from jobs.decisions import Decision, decide
+from jobs.engine import changes
+from jobs.engine.values import (
+    AttemptEnd,
+    AttemptRef,
+    AttemptReport,
+    Delivery,
+    Effects,
+    Loss,
+    StartedAttempt,
+)
+from jobs.engine.verdicts import (
+    decide_end,
+    log_budget_exhausted,
+    log_decision,
+    log_finished,
+    log_started,
+    started_attempt,
+)
+from jobs.kinds import policy_for
+from jobs.models import Attempt, AttemptOutcome, Job, JobStatus
+from jobs.reasons import DropReason
+from observability import tracing
+
+logger = logging.getLogger(__name__)
+
+
+class OrmBackend:
+    """Attempt transitions through the ORM (module docstring). `name` is for logs and tests."""
+
+    name = "orm"
+
+    def start(
+        self, delivery: Delivery, *, now: datetime, effects: Effects
+    ) -> StartedAttempt | None:
+        """jobs.engine.Engine.start's general path."""
+        with transaction.atomic():
+            job = Job.objects.select_for_update().filter(id=delivery.job_id).first()
+            if job is None:
+                # Usually another deployment sharing this broker and queue name.
+                logger.warning(
+                    "delivery dropped unrun: no job %s in this database (is another stack "
+                    "consuming the same broker and queue?)",
+                    delivery.job_id,
+                )
+                return None
+            if delivery.resume and job.status == JobStatus.RUNNING:
+                mine = job.attempts.filter(
+                    number=job.attempts_made,
+                    worker_pid=delivery.pid,
+                    worker_hostname=delivery.hostname,
+                ).first()
+                if job.attempts_made >= delivery.attempt and mine and mine.finished_at is None:
+                    return started_attempt(job, mine.number)
+            job.deliveries += 1
+            job.save(update_fields=["deliveries"])
+            number, why = self._number(job, delivery, now=now, effects=effects)
+            if number is None:
+                _dropped(job, delivery.attempt, why, effects)
+                return None
+            if number > 1 and self.hold(job, number, now=now, effects=effects):
+                _dropped(job, delivery.attempt, DropReason.BUDGET, effects)
+                return None
+            policy = policy_for(job.kind)
+            # Never before the enqueue it runs from (stamped by another host's
+            # estimate of the database's clock: jobs.clock, to half a round trip).
+            at = max(now, job.enqueued_at) if job.enqueued_at is not None else now
+            lease = timedelta(seconds=policy.hard_time_limit + settings.JOBS_LEASE_GRACE)
+            columns = changes.started(
+                number=number, started_at=job.started_at or at, lease_expires_at=now + lease
+            )
+            job.save(update_fields=changes.apply(job, columns))
+            row = Attempt.objects.create(
+                job=job,
+                number=number,
+                worker_hostname=delivery.hostname,
+                worker_pid=delivery.pid,
+                started_at=at,
+                rss_before_bytes=delivery.rss_bytes,
+            )
+        effects.send(events.attempt_started, job=job, attempt=row)
+        if number == 1:
+            # The retry budget's denominator: one pipelined write, never raises.
+            effects.call(lambda: budget.record_first(job.kind, now=now.timestamp()))
+        log_started(job, number)
+        return started_attempt(job, number, policy)
+
+    def _number(
+        self, job: Job, delivery: Delivery, *, now: datetime, effects: Effects
+    ) -> tuple[int | None, str]:
+        """The attempt a delivery may start on the locked `job`, or None and why not."""
+        attempt = delivery.attempt
+        if job.is_terminal:
+            return None, DropReason.TERMINAL
+        if job.status == JobStatus.QUEUED and job.attempts_made == attempt - 1:
+            return attempt, ""
+        last = job.attempts.filter(number=job.attempts_made).first()
+        if job.status == JobStatus.QUEUED and 0 < attempt <= job.attempts_made:
+            # A requeued message keeps the number it was first published for.
+            if last is not None and last.outcome == AttemptOutcome.WORKER_LOST:
+                return job.attempts_made + 1, ""
+        elif job.status == JobStatus.RUNNING and 0 < attempt <= job.attempts_made:
+            if last is None or not provably_over(last, job, now=now, hostname=delivery.hostname):
+                return None, DropReason.LIVE
+            message = "worker lost: the process running this attempt is gone (found on redelivery)"
+            self.lose_locked(job, last, now=now, requeued=True, message=message, effects=effects)
+            if job.status == JobStatus.QUEUED:
+                return job.attempts_made + 1, ""
+        return None, DropReason.STALE
+
+    def hold(self, job: Job, number: int, *, now: datetime, effects: Effects) -> bool:
+        """Whether retry attempt `number` may not start now by the kind's retry budget (row locked).
+
+        The retry decision counted the retry in the budget window of its due
+        time; one that waited in the queue into a later window is counted
+        again where it starts (jobs.budget.admit). Over budget there, the job
+        goes back to `retrying` until the budget's next free slot, or is dead
+        with reason `budget`, and True is returned. Retries no decision
+        counted (a lost worker's requeue, a requeue from the dead-letter set)
+        are not judged here.
+        """
+        previous = job.attempts.filter(number=number - 1).only("finished_at", "retry_delay_seconds")
+        row = previous.first()
+        if row is None or row.finished_at is None or row.retry_delay_seconds is None:
+            return False
+        due = row.finished_at.timestamp() + row.retry_delay_seconds
+        slot = budget.admit(job.kind, due=due, now=now.timestamp())
+        if slot is None or slot.fallback or (slot.granted and not slot.deferred):
+            return False
+        if slot.first_exhaustion:
+            log_budget_exhausted(job.kind)
+        if slot.granted:
+            until = datetime.fromtimestamp(slot.due, tz=UTC)
+            why = waiting.held_by_budget(kind=job.kind, held=slot.due - now.timestamp())
+            job.save(
+                update_fields=changes.apply(job, changes.held(until=until, held_by=why, now=now))
+            )
+            # The retry now waits until the slot it was counted in: its start
+            # there must be judged against that slot, not the due time it was
+            # first given (else it is counted again at each start, each time
+            # with a fresh maximum deferral, and held for ever).
+            previous.update(retry_delay_seconds=slot.due - row.finished_at.timestamp())
+            logger.info(
+                "retry held by the retry budget job_id=%s kind=%s attempt=%s next_attempt_at=%s",
+                job.id,
+                job.kind,
+                number,
+                until.isoformat(),
+            )
+        else:
+            job.save(
+                update_fields=changes.apply(job, changes.held(until=None, held_by=None, now=now))
+            )
+            effects.send(events.job_completed, job=job)
+            logger.warning(
+                "job dead job_id=%s kind=%s attempt=%s reason=budget: its retry started in a "
+                "budget window with no room and found no slot within the maximum deferral",
+                job.id,
+                job.kind,
+                number,
+            )
+        return True
+
+    def finish(
+        self, ref: AttemptRef, report: AttemptReport, *, now: datetime, effects: Effects
+    ) -> AttemptEnd:
+        """jobs.engine.Engine.finish's general path."""
+        decision: Decision | None = None
+        with transaction.atomic():
+            job = Job.objects.select_for_update().filter(id=ref.job_id).first()
+            if job is None:
+                return AttemptEnd(status=None, outcome=report.outcome)
+            row = job.attempts.filter(number=ref.number).first()
+            if row is None or row.finished_at is not None:
+                return AttemptEnd(status=None, job_status=job.status, outcome=report.outcome)
+            if job.status != JobStatus.RUNNING or job.attempts_made != ref.number:
+                # The job moved on (cancelled): the attempt is closed, nothing decided.
+                self._end(
+                    job, row, report, None, now=now, rss=ref.rss_bytes, effects=effects, moves=False
+                )
+                return AttemptEnd(status=None, job_status=job.status, outcome=report.outcome)
+            decision = decide_end(started_attempt(job, ref.number), report, now=now)
+            self._end(job, row, report, decision, now=now, rss=ref.rss_bytes, effects=effects)
+        log_finished(job, ref.number, report)
+        return AttemptEnd.after(job, ref.number, report.outcome, decision)
+
+    def lose(self, loss: Loss, *, now: datetime, effects: Effects) -> AttemptEnd:
+        """jobs.engine.Engine.lose: the child running the job's current attempt died."""
+        with transaction.atomic():
+            job = Job.objects.select_for_update().filter(id=loss.job_id).first()
+            if job is None:
+                return AttemptEnd(status=None)
+            row = job.attempts.filter(number=job.attempts_made).first()
+            ours = (
+                row is not None
+                and row.finished_at is None
+                and (
+                    row.worker_pid == loss.worker_pid
+                    if loss.worker_pid
+                    else row.number >= loss.attempt
+                )
+            )
+            if job.status == JobStatus.RUNNING and ours and row is not None:
+                decision = self.lose_locked(
+                    job, row, now=now, requeued=True, message=loss.message, effects=effects
+                )
+                return AttemptEnd.after(job, row.number, AttemptOutcome.WORKER_LOST, decision)
+            if job.status == JobStatus.QUEUED:
+                # A child lost before its attempt started: Celery puts the message
+                # back on the queue; its publish time is now, so the lost-message
+                # check does not take it for a vanished one.
+                Job.objects.filter(id=job.id, status=JobStatus.QUEUED).update(published_at=Now())
+            return AttemptEnd(status=None, job_status=job.status)
+
+    def lose_locked(
+        self,
+        job: Job,
+        row: Attempt,
+        *,
+        now: datetime,
+        requeued: bool,
+        message: str,
+        effects: Effects,
+    ) -> Decision:
+        """Close attempt `row` as worker_lost and apply the decision (job row locked by the caller).
+
+        jobs.decisions.decide: dead "poison" once JOBS_POISON_AFTER attempts
+        were lost, dead "exhausted" when no attempts remain, otherwise queued
+        again at once. `requeued` says the broker still holds a message for
+        the job (Celery requeued it), so nothing must be published.
+        """
+        job.worker_losses += 1
+        decision = decide(
+            policy=policy_for(job.kind),
+            outcome=AttemptOutcome.WORKER_LOST,
+            retryable=True,
+            attempts_made=job.attempts_made,
+            max_attempts=job.max_attempts,
+            worker_losses=job.worker_losses,
+            poison_after=settings.JOBS_POISON_AFTER,
+        )
+        report = AttemptReport(
+            outcome=AttemptOutcome.WORKER_LOST, error_type="WorkerLostError", error_message=message
+        )
+        self._end(
+            job,
+            row,
+            report,
+            decision,
+            now=now,
+            rss=row.rss_after_bytes,
+            effects=effects,
+            requeued=requeued,
+            counted={"worker_losses": job.worker_losses},
+        )
+        return decision
+
+    def _end(
+        self,
+        job: Job,
+        row: Attempt,
+        report: AttemptReport,
+        decision: Decision | None,
+        *,
+        now: datetime,
+        rss: int | None,
+        effects: Effects,
+        requeued: bool = False,
+        counted: dict[str, int] | None = None,
+        moves: bool = True,
+    ) -> None:
+        """Write how attempt `row` ended and, when the job `moves` on with it, the job's next
+        status by `decision` (row locked); `counted` are further job columns written with it
+        (the lost-worker count). attempt_finished goes out with the decision."""
+        if moves:
+            ending = changes.ending(decision, report=report, now=now, requeued=requeued)
+            job.save(update_fields=changes.apply(job, ending.job | (counted or {})))
+        columns = changes.closed(report, decision, now=now)
+        # An attempt ended from outside its child (hard limit, lost worker) is in its
+        # job's trace too: every attempt of a job shares the submitting request's trace.
+        columns["trace_id"] = (
+            report.trace_id or row.trace_id or tracing.trace_id_from(job.trace_parent)
+        )
+        columns["rss_after_bytes"] = rss
+        row.save(update_fields=changes.apply(row, columns))
+        effects.send(events.attempt_finished, job=job, attempt=row, decision=decision)
+        if moves and job.is_terminal:
+            effects.send(events.job_completed, job=job)
+        if moves and decision is not None:
+            log_decision(job, row.number, report.outcome, decision, job.last_error)
+
+
+def provably_over(previous: Attempt, job: Job, *, now: datetime, hostname: str) -> bool:
+    """Whether the attempt `previous` can no longer be running.
+
+    True when its lease has expired, or it ran on this machine in a process
+    that is gone, is a zombie, started after the attempt (pid reuse), or is
+    this very process (a prefork child runs one task at a time, so a
+    redelivery it receives cannot overlap its own earlier attempt).
+    """
+    if job.lease_expires_at is not None and job.lease_expires_at < now:
+        return True
+    machine = hostname.rpartition("@")[2]  # Celery node names look like "worker-1@box"
+    if not previous.worker_pid or previous.worker_hostname.rpartition("@")[2] != machine:
+        return False
+    if previous.worker_pid == os.getpid():
+        return True
+    try:
+        process = psutil.Process(previous.worker_pid)
+        # DB time on both sides: the process's start is `now` (the database's
+        # clock) less its age, an interval measured on this host's own clock.
+        started = now.timestamp() - (time.time() - process.create_time())
+        return (
+            process.status() == psutil.STATUS_ZOMBIE
+            or started > previous.started_at.timestamp() + 1
+        )
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _dropped(job: Job, attempt: int, why: str, effects: Effects) -> None:
+    effects.send(events.delivery_dropped, job=job, reason=why)
+    logger.info(
+        "delivery dropped unrun (duplicate suppressed) job_id=%s attempt=%s status=%s reason=%s",
+        job.id,
+        attempt,
+        job.status,
+        why,
+    )

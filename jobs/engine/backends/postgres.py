@@ -1,0 +1,204 @@
+"""The PostgreSQL backend: the two transitions almost every attempt takes, one statement each.
+
+Profiled on a worker child draining no-op jobs (docs/performance.md), the
+attempt's own bookkeeping was ~12 round trips in two transactions (BEGIN,
+SELECT ... FOR UPDATE, one UPDATE per save, the Attempt INSERT, COMMIT).
+Here (SQL in jobs/engine/sql/postgres.sql, in autocommit: a single
+statement is its own transaction):
+
+- start: `queued` with `attempts_made = n - 1` -> `running`, the lease
+  taken and the Attempt row inserted (a data-modifying CTE);
+- finish: `running` with this attempt current and unfinished -> the
+  outcome, the attempt row and the job row written together, with the one
+  retry decision made before the write (jobs.engine.changes.ending).
+
+The row lock the UPDATE takes replaces SELECT ... FOR UPDATE: a concurrent
+writer (the lease sweep, a cancel, a redelivery) either commits first, and
+then the WHERE no longer matches, or waits for this statement. When the
+condition does not hold, nothing is written and the ORM path (the base
+class) handles the case. Events go into the `Effects` passed in.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import nullcontext
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from jobs import budget, events
+from jobs.engine import changes, sql
+from jobs.engine.backends.orm import OrmBackend
+from jobs.engine.values import (
+    AttemptEnd,
+    AttemptRef,
+    AttemptReport,
+    Delivery,
+    Effects,
+    StartedAttempt,
+)
+from jobs.engine.verdicts import (
+    decide_end,
+    log_decision,
+    log_finished,
+    log_started,
+    started_attempt,
+)
+from jobs.kinds import policy_for, registry
+from jobs.models import Attempt, Job, JobStatus
+from observability import tracing
+
+
+def savepoint_if_nested() -> Any:
+    """A savepoint inside a caller's transaction (tests), else nothing: the statement needs
+    no transaction of its own, and a refused write (DataError) must not abort the caller's."""
+    return transaction.atomic() if transaction.get_connection().in_atomic_block else nullcontext()
+
+
+def aware(value: Any) -> datetime:
+    """A datetime column read by raw SQL, made aware (SQLite returns naive UTC, as text or
+    as a datetime). Raises ValueError for anything else."""
+    parsed = value if isinstance(value, datetime) else parse_datetime(str(value))
+    if parsed is None:
+        raise ValueError(f"not a datetime: {value!r}")
+    return timezone.make_aware(parsed, UTC) if timezone.is_naive(parsed) else parsed
+
+
+class PostgresBackend(OrmBackend):
+    """Start and finish in one statement each when they match; the ORM path otherwise."""
+
+    name = "postgres"
+    dialect = "postgres"
+
+    def __init__(self) -> None:
+        self._leases: tuple[Any, dict[str, float]] = (None, {})
+
+    def leases(self) -> dict[str, float]:
+        """{kind: lease seconds} (hard time limit + JOBS_LEASE_GRACE) of every registered kind.
+
+        Computed once and again only when the registry, the overrides or the
+        grace change (tests swap settings). A kind with an invalid override is
+        left out: the ORM path raises its error.
+        """
+        overrides, grace = settings.JOBS_KIND_OVERRIDES, settings.JOBS_LEASE_GRACE
+        key = (len(registry._KINDS), id(overrides), grace)
+        if self._leases[0] != key:
+            leases = {}
+            for name in registry._KINDS:
+                try:
+                    leases[name] = float(registry.policy_for(name).hard_time_limit) + float(grace)
+                except ValueError:
+                    continue
+            self._leases = (key, leases)
+        return self._leases[1]
+
+    def start(
+        self, delivery: Delivery, *, now: datetime, effects: Effects
+    ) -> StartedAttempt | None:
+        """A first attempt, or a retry the budget counted in the window it starts in
+        (budget.admit would pass it unasked), in one statement; anything else by the ORM."""
+        if delivery.resume:
+            return super().start(delivery, now=now, effects=effects)
+        params = {
+            "job_id": str(delivery.job_id),
+            "number": delivery.attempt,
+            "hostname": delivery.hostname,
+            "pid": delivery.pid,
+            "rss": delivery.rss_bytes,
+            "now": now,
+            "running": JobStatus.RUNNING.value,
+            "queued": JobStatus.QUEUED.value,
+        }
+        due_from, due_to = budget.admitted_due_range(now.timestamp())
+        with savepoint_if_nested():
+            done = self.start_statement(params | {"due_from": due_from, "due_to": due_to})
+        if done is None:
+            return super().start(delivery, now=now, effects=effects)
+        job, attempt_id, at = done
+        row = Attempt(
+            id=attempt_id,
+            job=job,
+            number=delivery.attempt,
+            worker_hostname=delivery.hostname,
+            worker_pid=delivery.pid,
+            started_at=at,
+            rss_before_bytes=delivery.rss_bytes,
+        )
+        row._state.adding = False
+        effects.send(events.attempt_started, job=job, attempt=row)
+        if delivery.attempt == 1:
+            # The retry budget's denominator, as in the ORM path.
+            effects.call(lambda: budget.record_first(job.kind, now=now.timestamp()))
+        log_started(job, delivery.attempt)
+        return started_attempt(job, delivery.attempt, policy_for(job.kind))
+
+    def start_statement(self, params: dict[str, Any]) -> tuple[Job, int, datetime] | None:
+        """Run the start; the job after it, the attempt's id and start, or None (no match)."""
+        rows = list(
+            Job.objects.raw(
+                sql.queries(self.dialect)["start"], params | {"leases": json.dumps(self.leases())}
+            )
+        )
+        if not rows:
+            return None
+        extra = vars(rows[0])
+        return rows[0], extra.pop("jobs_attempt_id"), aware(extra.pop("jobs_attempt_started_at"))
+
+    def finish(
+        self, ref: AttemptRef, report: AttemptReport, *, now: datetime, effects: Effects
+    ) -> AttemptEnd:
+        """The common case in one statement: the job runs this attempt, unfinished, and
+        `ref.started` says under which policy. Anything else by the ORM."""
+        started = ref.started
+        if started is None:
+            return super().finish(ref, report, now=now, effects=effects)
+        decision = decide_end(started, report, now=now, attempts_made=ref.number)
+        params = sql.finish_params(changes.ending(decision, report=report, now=now)) | {
+            "job_id": str(started.job_id),
+            "number": ref.number,
+            "running": JobStatus.RUNNING.value,
+            "rss": ref.rss_bytes,
+            "trace_id": report.trace_id,
+            "parent_trace_id": tracing.trace_id_from(started.trace_parent),
+        }
+        with savepoint_if_nested():
+            done = self.finish_statement(params)
+        if done is None:
+            return super().finish(ref, report, now=now, effects=effects)
+        job, extra = done
+        columns = {
+            "id": extra["id"],
+            "worker_hostname": extra["worker_hostname"],
+            "worker_pid": extra["worker_pid"],
+            "started_at": aware(extra["started_at"]),
+            "rss_before_bytes": extra["rss_before_bytes"],
+            "rss_after_bytes": ref.rss_bytes,
+            "retry_delay_seconds": extra["retry_delay_seconds"],
+            "trace_id": extra["trace_id"],
+        }
+        row = Attempt(
+            job=job, number=ref.number, **columns | changes.closed(report, decision, now=now)
+        )
+        row._state.adding = False
+        effects.send(events.attempt_finished, job=job, attempt=row, decision=decision)
+        if decision is not None:
+            log_decision(job, ref.number, report.outcome, decision, job.last_error)
+        if job.is_terminal:
+            effects.send(events.job_completed, job=job)
+        log_finished(job, ref.number, report)
+        return AttemptEnd.after(job, ref.number, report.outcome, decision)
+
+    def finish_statement(self, params: dict[str, Any]) -> tuple[Job, dict[str, Any]] | None:
+        """Run the finish; the job after it and the attempt's columns read back, or None."""
+        rows = list(Job.objects.raw(sql.queries(self.dialect)["finish"], params))
+        if not rows:
+            return None
+        job = rows[0]
+        # The attempt's columns came back as extra attributes of the raw job row.
+        extra = {name[2:]: vars(job).pop(name) for name in list(vars(job)) if name.startswith("a_")}
+        return job, extra
