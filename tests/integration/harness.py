@@ -24,10 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import kombu
 import psycopg
 import pytest
 import redis
 import requests
+from amqp import exceptions as amqp_exceptions
 
 from config.env import env
 from devstack.postgres import (
@@ -103,13 +105,23 @@ class Platform:
         """(ready, unacknowledged) messages of `queue`, read from the broker itself.
 
         Redis: every priority sub-queue's list, and the unacked hash (all
-        queues). RabbitMQ: `rabbitmqctl list_queues` on the platform's vhost.
+        queues). RabbitMQ: ready by a passive declare (exact; `rabbitmqctl
+        list_queues` reports a quorum queue's counts seconds late), unacknowledged
+        from `rabbitmqctl` (seconds late: poll for it).
         """
         if self.vhost is not None:
+            unacked = 0
             for row in self.vhost.queues():
                 if row["name"] == queue:
-                    return int(row["messages_ready"]), int(row["messages_unacknowledged"])
-            return 0, 0
+                    unacked = int(row["messages_unacknowledged"])
+            with kombu.Connection(self.vhost.url, connect_timeout=5) as connection:
+                try:
+                    ready = connection.default_channel.queue_declare(
+                        queue=queue, passive=True
+                    ).message_count
+                except amqp_exceptions.NotFound:
+                    return 0, 0
+            return ready, unacked
         client = redis.Redis.from_url(self.redis.url)
         try:
             keys = [queue, *(f"{queue}\x06\x16{step}" for step in (3, 6, 9))]

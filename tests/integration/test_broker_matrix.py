@@ -60,7 +60,7 @@ def test_broker_submit_runs_first_attempt_within_a_second(
     assert len(delays) == 20
     assert max(delays) < 1.0, delays
     # and nothing is left in the broker, nothing was deferred to the outbox
-    assert platform.broker_messages() == (0, 0)
+    wait_for(lambda: platform.broker_messages() == (0, 0), timeout=30, what="an empty queue")
     assert "publish deferred to the outbox" not in platform.log_tails(chars=200_000)
     _logs_clean(platform)
 
@@ -201,6 +201,7 @@ def test_rabbitmq_delivery_limit_drop_ends_job_dead_with_its_own_reason(
     job = platform.wait_job(job_id, timeout=30)
     assert (job["status"], job["dead_reason"]) == ("dead", "delivery_limit"), job
     assert platform.broker_messages() == (0, 0)
+    assert "reason=delivery_limit" in platform.log_tails(chars=200_000)
 
 
 @pytest.mark.rabbitmq
