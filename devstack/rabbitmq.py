@@ -5,6 +5,8 @@ it) and deletes it, with every queue in it, when done; `amqp_url` is what
 CELERY_BROKER_URL gets. The machine's RabbitMQ is used (127.0.0.1:5672 by
 default, RABBITMQ_URL to override); `rabbitmq_reachable` says whether it
 answers. One vhost per platform keeps parallel platforms apart.
+`devstack_broker` gives `make demo` and `make up` RabbitMQ on request
+(DEVSTACK_BROKER=rabbitmq).
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ import shutil
 import socket
 import subprocess
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlsplit
+
+from config.env import env
 
 DEFAULT_RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
 RABBITMQCTL_TIMEOUT = 30.0
@@ -89,3 +95,28 @@ class Vhost:
         )
         columns = ("name", "type", "messages_ready", "messages_unacknowledged")
         return [dict(zip(columns, line.split("\t"), strict=False)) for line in out.splitlines()]
+
+
+@contextmanager
+def devstack_broker(redis_url: str) -> Iterator[str]:
+    """The broker URL for `make demo` / `make up`: `redis_url`, or a fresh RabbitMQ vhost.
+
+    DEVSTACK_BROKER=rabbitmq (or a CELERY_BROKER_URL starting with amqp://)
+    picks RabbitMQ: a vhost of its own on the machine's server
+    (RABBITMQ_URL, default 127.0.0.1:5672 guest/guest), deleted on exit.
+    Raises RuntimeError when no RabbitMQ answers there.
+    """
+    configured = env.str("CELERY_BROKER_URL", default="")
+    if env.str("DEVSTACK_BROKER", default="redis") != "rabbitmq" and not configured.startswith(
+        ("amqp://", "amqps://", "pyamqp://")
+    ):
+        yield redis_url
+        return
+    server = env.str("RABBITMQ_URL", default=DEFAULT_RABBITMQ_URL)
+    if not rabbitmq_reachable(server):
+        raise RuntimeError(f"DEVSTACK_BROKER=rabbitmq: no RabbitMQ answers at {server}")
+    vhost = Vhost(server_url=server).create()
+    try:
+        yield vhost.url
+    finally:
+        vhost.delete()
