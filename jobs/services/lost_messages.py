@@ -203,7 +203,7 @@ def counted_suspects(
             .values_list("id", "kind", "published_at")[ready[queue] : ready[queue] + limit]
         )
         for job_id, kind, published_at in rows:
-            if published_at < before:
+            if published_at is not None and published_at < before:
                 suspects[job_id] = Suspect(
                     job_id=job_id,
                     kind=kind,

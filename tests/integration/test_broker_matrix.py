@@ -13,6 +13,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import kombu
 import pytest
@@ -188,7 +189,7 @@ def test_rabbitmq_delivery_limit_drop_ends_job_dead_with_its_own_reason(
 
     # when a consumer takes and requeues its message until RabbitMQ drops it
     with kombu.Connection(platform.vhost.url) as connection:
-        channel = connection.default_channel
+        channel: Any = connection.default_channel
         deliveries = 0
         while (message := channel.basic_get(queue="default", no_ack=False)) is not None:
             deliveries += 1
