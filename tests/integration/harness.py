@@ -235,15 +235,17 @@ class PlatformFactory:
         scheduler: bool = True,
         worker_concurrency: int = 2,
         broker_proxy: bool = False,
-        broker: str = "redis",
+        broker: str | None = None,
     ) -> Platform:
         """A platform named `name` with `env` added to BASE_ENV; starts the chosen processes.
 
         With `broker_proxy`, every process reaches its Redis through a
         StallProxy (`platform.proxy`), which a test can stall and resume.
         `broker` "rabbitmq" puts the broker on a vhost of its own on the
-        machine's RabbitMQ (skipped when none answers), deleted at teardown.
+        machine's RabbitMQ (skipped when none answers), deleted at teardown;
+        its default, JOBS_IT_BROKER ("redis"), runs any test on RabbitMQ.
         """
+        broker = broker or env.str("JOBS_IT_BROKER", default="redis")
         db_name = f"jobs_it_{name}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         admin_url = require_postgres()
         template, token = _migrated_template(admin_url)
