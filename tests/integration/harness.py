@@ -68,6 +68,9 @@ BASE_ENV = {
     "JOBS_API_AUTH_FAILURE_RATE": "10000/s",
 }
 
+# The broker of a platform whose test names none: JOBS_IT_BROKER=rabbitmq runs
+# any integration test on a vhost of its own (tests reading Redis internals fail).
+DEFAULT_BROKER = env.str("JOBS_IT_BROKER", default="redis")
 TERMINAL = frozenset({"succeeded", "dead", "cancelled"})
 HTTP_TIMEOUT = 30
 # Seconds a test's processes get between SIGTERM and SIGKILL at teardown.
@@ -245,7 +248,7 @@ class PlatformFactory:
         machine's RabbitMQ (skipped when none answers), deleted at teardown;
         its default, JOBS_IT_BROKER ("redis"), runs any test on RabbitMQ.
         """
-        broker = broker or env.str("JOBS_IT_BROKER", default="redis")
+        broker = broker or DEFAULT_BROKER
         db_name = f"jobs_it_{name}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         admin_url = require_postgres()
         template, token = _migrated_template(admin_url)
