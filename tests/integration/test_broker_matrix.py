@@ -248,3 +248,31 @@ def test_rabbitmq_vhost_restart_during_submissions_loses_nothing(
     )
     print(f"{len(ids)} submissions across a vhost restart, all succeeded")
     _logs_clean(platform)
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.timeout(300)
+def test_rabbitmq_vhost_gone_then_back_defers_to_the_outbox_and_loses_nothing(
+    platform_factory: Callable[..., Platform],
+) -> None:
+    # given a platform on RabbitMQ
+    platform = platform_factory("matrix_outage", broker="rabbitmq", env=CHECK_ENV)
+    assert platform.vhost is not None
+    before = platform.submit("demo.sleep", {"seconds": 0.05})
+    assert platform.wait_job(before)["status"] == "succeeded"
+
+    # when the vhost (its queues, every connection to it) is deleted, 10 jobs are
+    # submitted while it is gone, and it comes back
+    platform.vhost.delete()
+    during = [platform.submit("demo.sleep", {"seconds": 0.05}) for _ in range(10)]
+    platform.vhost.create()
+
+    # then every submission was accepted (202, asserted by submit) and every job
+    # succeeds once the broker is back: the outbox held what could not be published
+    for job_id in during:
+        assert platform.wait_job(job_id, timeout=120)["status"] == "succeeded"
+    logs = platform.log_tails(chars=400_000)
+    deferred = logs.count("publish failed") + logs.count("publish deferred to the outbox")
+    print(f"publishes failed or deferred while the vhost was gone: {deferred}")
+    assert deferred >= 1
+    _logs_clean(platform)
