@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo up observe test test-unit test-integration test-slow drills lint format bench clean fuzz fuzz-production test-django6
+.PHONY: install demo up observe test test-unit test-integration test-slow test-rabbitmq drills lint format bench clean fuzz fuzz-production test-django6
 
 # Django 6.x needs Python 3.12+: the first of these that is one (pyenv's builds too).
 VENV6 := .venv-dj6
@@ -48,6 +48,9 @@ test: $(STAMP)  ## the whole suite: unit and integration (real Redis, PostgreSQL
 
 test-slow: $(STAMP)  ## the long integration tests kept out of `make test` for its time budget (~10 min)
 	$(BIN)/python -m pytest -m 'slow and not soak'
+
+test-rabbitmq: $(STAMP)  ## the broker matrix on RabbitMQ (quorum queues, a vhost per test) (~6 min)
+	$(BIN)/python -m pytest -m rabbitmq tests/integration
 
 drills: $(STAMP)  ## the live outage drills: each outage fires the one alert named for its cause (~4 min)
 	$(BIN)/python -m pytest -m drill

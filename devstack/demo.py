@@ -29,6 +29,7 @@ import redis
 
 from config.env import env
 from devstack.processes import ROOT, Stack
+from devstack.rabbitmq import devstack_broker
 from devstack.services import RedisServer, free_port, redis_reachable
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -151,12 +152,15 @@ def run_demo() -> int:
             redis_url = cleanup.enter_context(
                 demo_redis(env.str("REDIS_URL", default=DEFAULT_REDIS_URL))
             )
+            broker_url = cleanup.enter_context(devstack_broker(redis_url))
             stack = Stack(
                 env={
                     "DJANGO_SETTINGS_MODULE": "config.settings.local",
                     "DATABASE_URL": f"sqlite:///{DEMO_DIR / 'db.sqlite3'}",
                     "REDIS_URL": redis_url,
-                    "CELERY_BROKER_URL": redis_url,
+                    "CELERY_BROKER_URL": broker_url,
+                    # Until the retry budget's state moves to PostgreSQL (issue 21 item 2).
+                    "JOBS_RETRY_BUDGET_REDIS_URL": redis_url,
                     "JOBS_KIND_OVERRIDES": DEMO_KIND_OVERRIDES,
                     # The receiver fails 30% of deliveries, above the retry budget's
                     # 20%: retries it cannot place within 30 s (default 300 s) go dead

@@ -38,6 +38,7 @@ from devstack.demo import (
 )
 from devstack.nginx import NginxServer
 from devstack.processes import ROOT, Stack
+from devstack.rabbitmq import devstack_broker
 from devstack.services import ensure_redis, wait_for
 
 FLOWER_PREFIX = "flower"
@@ -125,6 +126,7 @@ def start_app(cleanup: ExitStack, *, ports: dict[str, int], rundir: Path) -> App
     redis_url = cleanup.enter_context(
         private_redis(env.str("REDIS_URL", default=DEFAULT_REDIS_URL))
     )
+    broker_url = cleanup.enter_context(devstack_broker(redis_url))
     public = f"http://127.0.0.1:{ports[port_vars.PUBLIC]}"
     stack = Stack(
         env={
@@ -132,7 +134,9 @@ def start_app(cleanup: ExitStack, *, ports: dict[str, int], rundir: Path) -> App
                 "DJANGO_SETTINGS_MODULE", default="config.settings.local"
             ),
             "REDIS_URL": redis_url,
-            "CELERY_BROKER_URL": env.str("CELERY_BROKER_URL", default=redis_url),
+            "CELERY_BROKER_URL": env.str("CELERY_BROKER_URL", default=redis_url)
+            if broker_url == redis_url
+            else broker_url,
             "FLOWER_BASIC_AUTH": flower_auth,
             "FLOWER_URL_PREFIX": FLOWER_PREFIX,
             "JOBS_WORKER_METRICS_PORT": str(ports[port_vars.WORKER_METRICS]),
@@ -143,6 +147,11 @@ def start_app(cleanup: ExitStack, *, ports: dict[str, int], rundir: Path) -> App
         },
         logdir=rundir / "logs",
     )
+    if broker_url != redis_url:
+        # Until the retry budget's state moves to PostgreSQL (issue 21 item 2).
+        stack.env["JOBS_RETRY_BUDGET_REDIS_URL"] = env.str(
+            "JOBS_RETRY_BUDGET_REDIS_URL", default=redis_url
+        )
     cleanup.callback(stack.stop)
     token = provision(stack, username=ADMIN_USERNAME, password=password)
     stack.start_web(ports[port_vars.WEB])

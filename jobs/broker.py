@@ -106,7 +106,14 @@ def mark_reachable() -> None:
 
 
 def broker_client() -> redis.Redis:
-    """A Redis client for the broker URL (one connection pool per process)."""
+    """A Redis client for the broker URL (one connection pool per process).
+
+    On a RabbitMQ broker, the client of REDIS_URL instead: the state kept in
+    Redis until it moves to PostgreSQL (cancellation, worker reports, the
+    outcome spool) never gets a Redis client built from an amqp:// URL.
+    """
+    if settings.JOBS_BROKER_KIND != "redis":
+        return _client(settings.REDIS_URL)
     return _client(settings.CELERY_BROKER_URL)
 
 

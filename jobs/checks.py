@@ -22,6 +22,11 @@ check (config.startup); `python manage.py check` lists them all.
 - jobs.E008: JOBS_BROKER_HEALTH_CHECK_INTERVAL or JOBS_BROKER_SOCKET_TIMEOUT
   is not above 0: kombu's health checks would be off (a silent broker never
   noticed) or every Redis command would fail at once.
+- jobs.E020: CELERY_BROKER_URL names a broker with no adapter (jobs.brokers:
+  redis://, rediss://, amqp://, amqps://, pyamqp:// only).
+- jobs.E022 (RabbitMQ): JOBS_RABBITMQ_DELIVERY_LIMIT is not above
+  JOBS_POISON_AFTER: the broker would drop a poison message before our own
+  rule ends it with reason "poison" (docs/brokers.md).
 - jobs.E013: two classes register one kind name (in two apps' `kinds`
   modules, jobs.kinds.discovery): which one would run is an accident of
   import order.
@@ -97,20 +102,26 @@ def check_kind_overrides(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
 
 @register()
 def check_visibility_timeout(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
-    """The Redis visibility timeout must exceed every kind's hard time limit (kombu issue 337)."""
+    """The Redis visibility timeout (kombu issue 337), or RabbitMQ's consumer_timeout (a
+    delivery unacknowledged longer closes its channel: redelivered), must exceed every
+    kind's hard time limit."""
 
     errors: list[CheckMessage] = []
+    if settings.JOBS_BROKER_KIND == "rabbitmq":
+        setting, timeout = "JOBS_RABBITMQ_CONSUMER_TIMEOUT", settings.JOBS_RABBITMQ_CONSUMER_TIMEOUT
+    else:
+        setting, timeout = "JOBS_VISIBILITY_TIMEOUT", settings.JOBS_VISIBILITY_TIMEOUT
     for name in kind_names():
         try:
             hard = policy_for(name).hard_time_limit
         except (ValueError, AttributeError):
             continue  # an invalid override: jobs.E002 reports it
-        if hard >= settings.JOBS_VISIBILITY_TIMEOUT:
+        if hard >= timeout:
             errors.append(
                 Error(
-                    f"kind {name!r} has hard_time_limit {hard}s >= JOBS_VISIBILITY_TIMEOUT "
-                    f"{settings.JOBS_VISIBILITY_TIMEOUT}s: a slow attempt would be redelivered while running",
-                    hint="raise JOBS_VISIBILITY_TIMEOUT or lower the kind's hard_time_limit",
+                    f"kind {name!r} has hard_time_limit {hard}s >= {setting} "
+                    f"{timeout}s: a slow attempt would be redelivered while running",
+                    hint=f"raise {setting} or lower the kind's hard_time_limit",
                     id="jobs.E001",
                 )
             )
@@ -273,3 +284,29 @@ def check_state_store(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
     """JOBS_STATE_STORE is a store that can work with this database and broker (jobs.state_store)."""
     problem = state_store.problem()
     return [] if problem is None else [Error(problem, id="jobs.E030")]
+
+
+@register()
+def check_broker(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    """The broker URL must pick an adapter; on RabbitMQ the delivery limit must exceed the poison bound."""
+    kind = settings.JOBS_BROKER_KIND
+    if kind not in {"redis", "rabbitmq"}:
+        scheme = settings.CELERY_BROKER_URL.split("://", 1)[0]
+        return [
+            Error(
+                f"CELERY_BROKER_URL scheme {scheme!r} has no broker adapter "
+                "(redis://, rediss://, amqp://, amqps://, pyamqp://)",
+                id="jobs.E020",
+            )
+        ]
+    if kind == "rabbitmq" and settings.JOBS_RABBITMQ_DELIVERY_LIMIT <= settings.JOBS_POISON_AFTER:
+        return [
+            Error(
+                f"JOBS_RABBITMQ_DELIVERY_LIMIT {settings.JOBS_RABBITMQ_DELIVERY_LIMIT} is not above "
+                f"JOBS_POISON_AFTER {settings.JOBS_POISON_AFTER}: RabbitMQ would drop a poison "
+                "message before the platform ends its job",
+                hint="raise JOBS_RABBITMQ_DELIVERY_LIMIT (default 10)",
+                id="jobs.E022",
+            )
+        ]
+    return []

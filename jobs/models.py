@@ -39,6 +39,8 @@ class DeadReason(models.TextChoices):
     POISON = "poison"  # the message kept killing its worker
     BUDGET = "budget"  # the kind's retry budget was spent
     MEMORY_LIMIT = "memory_limit"  # an attempt went past the kind's memory limit
+    # RabbitMQ dropped the message past its x-delivery-limit (jobs.brokers.rabbitmq)
+    DELIVERY_LIMIT = "delivery_limit"
 
 
 class AttemptOutcome(models.TextChoices):

@@ -17,7 +17,7 @@ import uuid
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
-from jobs import broker, selectors, services, state_store
+from jobs import brokers, selectors, services, state_store
 from jobs.leadership import Leadership, process_identity
 
 logger = logging.getLogger(__name__)
@@ -30,16 +30,23 @@ LOST_MESSAGE_LIMIT = 10_000
 
 
 class BrokerRestartWatch:
-    """Notices a broker restart by its changed run_id; returns when it was first seen running."""
+    """Notices a broker restart by its changed run_id; returns when it was first seen running.
 
-    def __init__(self) -> None:
+    A broker whose run_id is "" (RabbitMQ: quorum queues keep their messages
+    across a restart) is never reported restarted.
+    """
+
+    def __init__(self, *, adapter: brokers.Broker | None = None) -> None:
         self.run_id: str | None = None
+        self.adapter = adapter or brokers.current()
 
     def restarted(self) -> bool:
         """True once after the broker's run_id changed; False while unreachable or unchanged."""
         try:
-            run_id = broker.server_run_id()
+            run_id = self.adapter.server_run_id()
         except Exception:  # unreachable or unreadable: no verdict this time
+            return False
+        if not run_id:
             return False
         previous, self.run_id = self.run_id, run_id
         return previous is not None and previous != run_id
@@ -149,6 +156,20 @@ def sweep(
         services.leases_expire(limit=batch)
     if leading():
         lost.check(publish_limit=batch, claimer=claimer)
+        dead_letters_drain(adapter=watch.adapter, limit=batch)
+
+
+def dead_letters_drain(*, adapter: brokers.Broker, limit: int) -> int:
+    """End the jobs whose message the broker dropped past its delivery limit; returns how many.
+
+    An unreadable broker is logged and skipped; raises the database's errors.
+    """
+    try:
+        letters = adapter.dead_letters(limit=limit)
+    except Exception as exc:  # kombu/py-amqp raise many types for one outage
+        logger.warning("dead-letter queue not read: %s: %s", type(exc).__name__, exc)
+        return 0
+    return services.dead_letters_record(letters=letters) if letters else 0
 
 
 def scheduler_leadership() -> Leadership:
@@ -176,6 +197,10 @@ def run_scheduler(
     batch = settings.JOBS_SCHEDULER_BATCH
     watch = BrokerRestartWatch()
     lost = LostMessageWatch()
+    try:
+        watch.adapter.declare(list(settings.JOBS_QUEUES))
+    except Exception as exc:  # declared again by the first publish; drops wait for the next start
+        logger.warning("broker objects not declared: %s: %s", type(exc).__name__, exc)
     last_sweep = 0.0
     # Since when the database has answered every pass (None: the last one failed).
     # Leases are judged only JOBS_LEASE_RECOVERY_GRACE seconds after that, at

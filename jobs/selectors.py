@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, Min, Q, QuerySet
 
-from jobs import broker, clock, ownership
+from jobs import broker, brokers, clock, ownership
 from jobs.clock import database_now  # noqa: F401 - re-exported: selectors.database_now()
 from jobs.models import Attempt, Job, JobStatus
 from jobs.services.publish_stamps import stamp_grace_seconds
@@ -224,7 +224,7 @@ class BackpressureCache:
                     if 2 * estimate < limit:
                         reading[2] += 1
                         return estimate, False
-        ready = broker.ready_counts([queue])[queue]
+        ready = brokers.current().ready_counts([queue])[queue]
         if reuse:
             with self.lock:
                 self.ready_readings[queue] = [now, ready, 1]
@@ -324,8 +324,15 @@ def queue_depths(*, queues: list[str] | None = None) -> dict[str, QueueDepth]:
     """
     queues = list(queues or settings.JOBS_QUEUES)
     broker_read = True
+    adapter = brokers.current()
     try:
-        ready, reserved = broker.depth_counts(queues)
+        ready, reserved = adapter.depth_counts(queues)
+        if not adapter.knows_reserved:  # RabbitMQ: unacked is not readable over AMQP
+            reserved = dict.fromkeys(queues, 0) | dict(
+                Job.objects.filter(status=JobStatus.RUNNING, queue__in=queues)
+                .values_list("queue")
+                .annotate(n=Count("id"))
+            )
     except Exception as exc:  # a scrape reports what it can
         logger.warning("broker unreadable while measuring queues: %s: %s", type(exc).__name__, exc)
         ready, reserved = dict.fromkeys(queues, 0), dict.fromkeys(queues, 0)

@@ -12,6 +12,16 @@ from config.env import env
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
+# Which broker adapter (jobs.brokers) the URL picks: "redis" (redis://,
+# rediss://) or "rabbitmq" (amqp://, amqps://, pyamqp://: kombu's py-amqp
+# transport, quorum queues). docs/brokers.md says when to pick which.
+JOBS_BROKER_KIND: str = (
+    "rabbitmq"
+    if CELERY_BROKER_URL.split("://", 1)[0] in {"amqp", "amqps", "pyamqp"}
+    else "redis"
+    if CELERY_BROKER_URL.split("://", 1)[0] in {"redis", "rediss"}
+    else "unsupported"  # refused at start (jobs.E020)
+)
 # redis:// and rediss:// brokers use jobs.broker_transport.Transport (installed
 # by config/celery_app.py): kombu's Redis transport, except that Redis's "cannot
 # serve you now" replies (failover: UNBLOCKED, READONLY; write refusal: MISCONF;
@@ -143,6 +153,40 @@ CELERY_BROKER_TRANSPORT_OPTIONS.update(
     interval_step=1,
     interval_max=3,
 )
+# --- RabbitMQ (JOBS_BROKER_KIND "rabbitmq"): quorum queues, confirms, a delivery limit ---
+# Seconds a publish waits for RabbitMQ's confirm (publisher confirms are on,
+# kombu's `confirm_publish`): past it the publish counts as failed and the
+# job stays in the outbox for the sweep (jobs.services.submission).
+JOBS_BROKER_CONFIRM_TIMEOUT: float = env.float("JOBS_BROKER_CONFIRM_TIMEOUT", default=2.0)
+# Deliveries of one message before RabbitMQ drops it to the dead-letter
+# exchange (quorum queues' `x-delivery-limit`; RabbitMQ 3.10 has no default
+# and redelivers for ever). Must stay above JOBS_POISON_AFTER (jobs.E022):
+# the platform's own poison rule ends a job first; the broker's limit only
+# catches what never reaches our code. A job dropped by it ends `dead` with
+# reason `delivery_limit` (the scheduler consumes the dead-letter queue).
+JOBS_RABBITMQ_DELIVERY_LIMIT: int = env.int("JOBS_RABBITMQ_DELIVERY_LIMIT", default=10)
+# The dead-letter exchange (fanout, durable) and the quorum queue bound to it.
+JOBS_RABBITMQ_DEAD_LETTER_EXCHANGE: str = env.str(
+    "JOBS_RABBITMQ_DEAD_LETTER_EXCHANGE", default="jobs.dead_letter"
+)
+JOBS_RABBITMQ_DEAD_LETTER_QUEUE: str = env.str(
+    "JOBS_RABBITMQ_DEAD_LETTER_QUEUE", default="jobs.dead_letter"
+)
+# RabbitMQ's consumer_timeout (seconds; the server's setting, 1800 by default
+# on 3.10): a delivery unacknowledged longer closes its channel and is
+# redelivered. Every kind's hard time limit must stay below it (jobs.E001).
+JOBS_RABBITMQ_CONSUMER_TIMEOUT: int = env.int("JOBS_RABBITMQ_CONSUMER_TIMEOUT", default=1800)
+if JOBS_BROKER_KIND == "rabbitmq":
+    # https://docs.celeryq.dev/projects/kombu/en/stable/reference/kombu.transport.pyamqp.html
+    # confirm_publish: every publish waits for the broker's ack (bounded by
+    # JOBS_BROKER_CONFIRM_TIMEOUT, passed with each publish).
+    CELERY_BROKER_TRANSPORT_OPTIONS["confirm_publish"] = True
+    # #worker-detect-quorum-queues (Celery's default, said here): a quorum
+    # queue refuses global QoS, so prefetch is per consumer (1, above).
+    CELERY_WORKER_DETECT_QUORUM_QUEUES = True
+    # #broker-connection-timeout: a dead RabbitMQ fails a publish's connect fast.
+    CELERY_BROKER_CONNECTION_TIMEOUT = JOBS_BROKER_SOCKET_TIMEOUT
+
 # #broker-heartbeat (AMQP only; the Redis transport ignores it): the worker
 # and RabbitMQ exchange heartbeats; a connection silent for two of them is
 # dropped (checked broker_heartbeat / broker_heartbeat_checkrate apart).

@@ -5,6 +5,11 @@ from __future__ import annotations
 from kombu import Queue
 
 from config.env import BASE_DIR, env, metrics_root
+from config.settings.celery import (
+    JOBS_BROKER_KIND,
+    JOBS_RABBITMQ_DEAD_LETTER_EXCHANGE,
+    JOBS_RABBITMQ_DELIVERY_LIMIT,
+)
 
 # Queues the API accepts and the worker consumes, and the most ready messages
 # each may hold before the API answers 503 (backpressure).
@@ -121,9 +126,23 @@ JOBS_OUTCOME_SPOOL_POLL: float = env.float("JOBS_OUTCOME_SPOOL_POLL", default=1.
 # Local files `report.csv_summary` may read: only below these directories.
 JOBS_CSV_ROOTS: list[str] = env.list("JOBS_CSV_ROOTS", default=[str(BASE_DIR / "var" / "data")])
 
-# The worker consumes every configured queue.
+# The worker consumes every configured queue. On RabbitMQ each is a quorum
+# queue with a delivery limit and a dead-letter exchange (docs/brokers.md);
+# the same declaration is made by every publisher and consumer.
 CELERY_TASK_DEFAULT_QUEUE = "default"
-CELERY_TASK_QUEUES = [Queue(name) for name in JOBS_QUEUES]
+CELERY_TASK_QUEUES = [
+    Queue(
+        name,
+        queue_arguments={
+            "x-queue-type": "quorum",
+            "x-delivery-limit": JOBS_RABBITMQ_DELIVERY_LIMIT,
+            "x-dead-letter-exchange": JOBS_RABBITMQ_DEAD_LETTER_EXCHANGE,
+        },
+    )
+    if JOBS_BROKER_KIND == "rabbitmq"
+    else Queue(name)
+    for name in JOBS_QUEUES
+]
 
 # Fault-injection kinds (demo.sleep, demo.crash): on for local use and tests.
 JOBS_FAULT_KINDS: bool = env.bool("JOBS_FAULT_KINDS", default=True)

@@ -2,7 +2,7 @@
 
 `Engine` holds the named transitions, each taking value objects
 (jobs.engine.values): `start(delivery)`, `finish(attempt, report)`,
-`lose(loss)`, `cancel(job)`, `requeue(job)`, `retry_now(job)`,
+`lose(loss)`, `cancel(job)`, `drop(job)`, `requeue(job)`, `retry_now(job)`,
 `promote_due(sweep)`, `expire_leases(sweep)`, `reopen_outbox(...)`, and
 `submitted(...)` for a new row. Its backend (ORM, PostgreSQL, SQLite;
 jobs.engine.backends) is chosen once per process: `current()` is the
@@ -103,6 +103,11 @@ class Engine:
     def cancel(self, job: JobRef) -> Moved:
         """Cancel a non-terminal job (raises InvalidTransition when terminal)."""
         return self._boundary(lambda fx: lifecycle.cancel(job, effects=fx))
+
+    def drop(self, job: JobRef, *, attempt: int) -> Job | None:
+        """End a queued job `dead` (delivery_limit) whose message for `attempt` the broker
+        dropped; None when the job moved on since."""
+        return self._boundary(lambda fx: lifecycle.drop(job, attempt=attempt, effects=fx))
 
     def requeue(self, job: JobRef) -> Moved:
         """Queue a dead job again with the attempts it has left, at least one."""

@@ -141,6 +141,17 @@ def held(*, until: datetime | None, held_by: Waiting | None, now: datetime) -> d
     return {"status": JobStatus.RETRYING, "next_attempt_at": until, **waiting.fields(held_by)}
 
 
+def dropped_by_broker(*, now: datetime) -> dict[str, Any]:
+    """A queued job whose message the broker dropped past its delivery limit: dead
+    with reason `delivery_limit` (RabbitMQ's x-delivery-limit, docs/brokers.md)."""
+    return {
+        "status": JobStatus.DEAD,
+        "dead_reason": DeadReason.DELIVERY_LIMIT,
+        "finished_at": now,
+        **waiting.NOT_WAITING,
+    }
+
+
 def cancelled(*, now: datetime) -> dict[str, Any]:
     """A non-terminal job cancelled at `now`."""
     return {"status": JobStatus.CANCELLED, "finished_at": now, **_NOT_DUE, **waiting.NOT_WAITING}

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 
-from jobs import events, outbox_claim, selectors
+from jobs import clock, events, outbox_claim, selectors
 from jobs.engine import changes
 from jobs.engine.backends.orm import OrmBackend
 from jobs.engine.values import Effects, JobRef, Moved, Sweep
@@ -46,6 +46,19 @@ def cancel(ref: JobRef, *, effects: Effects) -> Moved:
         job.save(update_fields=changes.apply(job, changes.cancelled(now=selectors.database_now())))
     effects.send(events.job_completed, job=job)
     return Moved(job=job, was=was)
+
+
+def drop(ref: JobRef, *, attempt: int, effects: Effects) -> Job | None:
+    """End a queued job `dead` (reason delivery_limit) if it still waits for `attempt`,
+    whose message the broker dropped; returns it, or None when anything moved it on
+    since (a start, a requeue, a republish that already ran)."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(id=ref.job_id, status=JobStatus.QUEUED).first()
+        if job is None or job.attempts_made + 1 != attempt:
+            return None
+        job.save(update_fields=changes.apply(job, changes.dropped_by_broker(now=clock.now())))
+    effects.send(events.job_completed, job=job)
+    return job
 
 
 def requeue(ref: JobRef, *, effects: Effects, retrying_too: bool = False) -> Moved:

@@ -24,6 +24,7 @@ from jobs.services.attempt_finish import (
 )
 from jobs.services.attempt_start import attempt_start
 from jobs.services.audit import job_action_record
+from jobs.services.dead_letters import dead_letters_record
 from jobs.services.lifecycle import job_cancel, job_requeue, job_retry_now, requeue_max_attempts
 from jobs.services.lost_messages import (
     Suspect,
@@ -48,6 +49,7 @@ __all__ = [
     "AttemptRun",
     "RETRYABLE_OUTCOMES",
     "StartedAttempt",
+    "dead_letters_record",
     "Suspect",
     "SuspectReason",
     "SubmitResult",

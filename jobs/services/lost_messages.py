@@ -84,7 +84,7 @@ from operator import or_
 from django.db import transaction
 from django.db.models import Q
 
-from jobs import broker, events, outbox_claim, selectors
+from jobs import broker, brokers, events, outbox_claim, selectors
 from jobs.models import Job, JobStatus
 from jobs.services.submission import job_publish
 
@@ -123,7 +123,12 @@ def _priorities_of(step: int) -> tuple[int | None, ...]:
 
 
 def lost_message_suspects(
-    *, queues: list[str], margin: float, held_after: float, limit: int
+    *,
+    queues: list[str],
+    margin: float,
+    held_after: float,
+    limit: int,
+    adapter: brokers.Broker | None = None,
 ) -> dict[uuid.UUID, Suspect]:
     """Queued jobs of `queues` that no broker list holds a message for, by job id.
 
@@ -131,10 +136,15 @@ def lost_message_suspects(
     a job whose message a consumer holds unacknowledged is a suspect (reason
     "held") only when published longer ago than this. At most `limit` rows
     are examined, oldest first. Raises redis.RedisError when the broker
-    cannot be read and the database's errors.
+    cannot be read and the database's errors. `adapter` (default: this
+    process's broker) decides the rule: a broker that cannot be peeked
+    (RabbitMQ) is judged by counting (counted_suspects).
     """
+    adapter = adapter or brokers.current()
+    if not adapter.can_peek:
+        return counted_suspects(queues=queues, margin=margin, limit=limit, adapter=adapter)
     now = selectors.database_now()  # before the broker read: see the module docstring, 2.
-    snapshot = broker.read_tails(queues, window=TAIL_WINDOW)
+    snapshot = adapter.read_tails(queues, window=TAIL_WINDOW)
     in_lists: set[str] = set()
     horizons = []
     for tail in snapshot.tails:
@@ -167,6 +177,40 @@ def lost_message_suspects(
         suspects[job_id] = Suspect(
             job_id=job_id, kind=kind, queue=queue, published_at=published_at, reason=reason
         )
+    return suspects
+
+
+def counted_suspects(
+    *, queues: list[str], margin: float, limit: int, adapter: brokers.Broker
+) -> dict[uuid.UUID, Suspect]:
+    """The vanished-message rule without a peek (RabbitMQ): count, then take the oldest.
+
+    A queue holding `ready` messages holds at most the `ready` most recently
+    published of its queued jobs; every older queued job published more than
+    `margin` seconds before the read is a suspect (its message vanished, or a
+    consumer holds it for the instant before starting it, which the second
+    check rules out). A wrong pick costs a duplicate message, dropped unrun
+    at start. At most `limit` rows per queue. docs/brokers.md, "Vanished messages".
+    """
+    now = selectors.database_now()  # before the broker read, as in lost_message_suspects
+    ready = adapter.ready_counts(queues)
+    before = now - timedelta(seconds=margin)
+    suspects: dict[uuid.UUID, Suspect] = {}
+    for queue in queues:
+        rows = (
+            Job.objects.filter(status=JobStatus.QUEUED, queue=queue, published_at__isnull=False)
+            .order_by("-published_at")
+            .values_list("id", "kind", "published_at")[ready[queue] : ready[queue] + limit]
+        )
+        for job_id, kind, published_at in rows:
+            if published_at is not None and published_at < before:
+                suspects[job_id] = Suspect(
+                    job_id=job_id,
+                    kind=kind,
+                    queue=queue,
+                    published_at=published_at,
+                    reason=SuspectReason.VANISHED,
+                )
     return suspects
 
 

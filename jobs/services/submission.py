@@ -377,6 +377,8 @@ def _send(job: Job, *, stamped_at: datetime) -> bool:
                 soft_time_limit=policy.soft_time_limit,
                 time_limit=policy.hard_time_limit,
                 retry=False,
+                # RabbitMQ (publisher confirms): no confirm in time is a failed publish.
+                confirm_timeout=settings.JOBS_BROKER_CONFIRM_TIMEOUT,
                 headers={broker.PUBLISHED_AT_HEADER: stamped_at.isoformat()},
             )
     except Exception as exc:  # kombu/redis raise many types for one outage

@@ -10,6 +10,7 @@ over HTTP, and read the database directly with psycopg only to count rows.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -70,3 +71,22 @@ def api_platform(_logroot: Path) -> Iterator[Platform]:
         )
     finally:
         factory.close()
+
+
+# The broker matrix (`make test-rabbitmq`): a test taking `broker_platform_factory`
+# runs once per broker; the RabbitMQ run carries the `rabbitmq` marker.
+BROKERS = ["redis", pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)]
+
+
+@pytest.fixture(params=BROKERS)
+def broker(request: pytest.FixtureRequest) -> str:
+    """The broker of this run of a matrix test: "redis" or "rabbitmq" (its own vhost)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def broker_platform_factory(
+    platform_factory: Callable[..., Platform], broker: str
+) -> Callable[..., Platform]:
+    """platform_factory with the matrix's broker."""
+    return functools.partial(platform_factory, broker=broker)

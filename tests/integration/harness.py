@@ -24,9 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import kombu
 import psycopg
 import pytest
+import redis
 import requests
+from amqp import exceptions as amqp_exceptions
 
 from config.env import env
 from devstack.postgres import (
@@ -37,6 +40,7 @@ from devstack.postgres import (
     postgres_reachable,
 )
 from devstack.processes import Process, Stack
+from devstack.rabbitmq import Vhost, rabbitmq_reachable, rabbitmqctl
 from devstack.services import RedisServer, free_port, wait_for
 from devstack.stall_proxy import StallProxy
 
@@ -64,6 +68,9 @@ BASE_ENV = {
     "JOBS_API_AUTH_FAILURE_RATE": "10000/s",
 }
 
+# The broker of a platform whose test names none: JOBS_IT_BROKER=rabbitmq runs
+# any integration test on a vhost of its own (tests reading Redis internals fail).
+DEFAULT_BROKER = env.str("JOBS_IT_BROKER", default="redis")
 TERMINAL = frozenset({"succeeded", "dead", "cancelled"})
 HTTP_TIMEOUT = 30
 # Seconds a test's processes get between SIGTERM and SIGKILL at teardown.
@@ -81,6 +88,10 @@ class Platform:
     # The stalling proxy every process reaches Redis through (broker_proxy=True),
     # else None: the processes use `redis.url` directly.
     proxy: StallProxy | None = None
+    # broker="rabbitmq": the platform's own vhost on the machine's RabbitMQ
+    # (CELERY_BROKER_URL); Redis then keeps only the state not moved to
+    # PostgreSQL yet (REDIS_URL, the retry budget).
+    vhost: Vhost | None = None
     base_url: str = ""
     token: str = ""
     web: Process | None = None
@@ -91,6 +102,46 @@ class Platform:
     worker_metrics_url: str = ""
     scheduler_metrics_url: str = ""
     session: requests.Session = field(default_factory=requests.Session)
+
+    # -- the broker ----------------------------------------------------------------
+    def broker_messages(self, queue: str = "default") -> tuple[int, int]:
+        """(ready, unacknowledged) messages of `queue`, read from the broker itself.
+
+        Redis: every priority sub-queue's list, and the unacked hash (all
+        queues). RabbitMQ: ready by a passive declare (exact; `rabbitmqctl
+        list_queues` reports a quorum queue's counts seconds late), unacknowledged
+        from `rabbitmqctl` (seconds late: poll for it).
+        """
+        if self.vhost is not None:
+            unacked = 0
+            for row in self.vhost.queues():
+                if row["name"] == queue:
+                    unacked = int(row["messages_unacknowledged"])
+            with kombu.Connection(self.vhost.url, connect_timeout=5) as connection:
+                try:
+                    ready = connection.default_channel.queue_declare(
+                        queue=queue, passive=True
+                    ).message_count
+                except amqp_exceptions.NotFound:
+                    return 0, 0
+            return ready, unacked
+        client = redis.Redis.from_url(self.redis.url)
+        try:
+            keys = [queue, *(f"{queue}\x06\x16{step}" for step in (3, 6, 9))]
+            return sum(client.llen(key) for key in keys), client.hlen("unacked")
+        finally:
+            client.close()
+
+    def purge(self, queue: str = "default") -> None:
+        """Drop every ready message of `queue` from the broker (a flush, an operator's purge)."""
+        if self.vhost is not None:
+            rabbitmqctl("purge_queue", "-p", self.vhost.name, queue)
+            return
+        client = redis.Redis.from_url(self.redis.url)
+        try:
+            client.delete(queue, *(f"{queue}\x06\x16{step}" for step in (3, 6, 9)))
+        finally:
+            client.close()
 
     # -- HTTP -----------------------------------------------------------------
     def url(self, path: str) -> str:
@@ -187,12 +238,17 @@ class PlatformFactory:
         scheduler: bool = True,
         worker_concurrency: int = 2,
         broker_proxy: bool = False,
+        broker: str | None = None,
     ) -> Platform:
         """A platform named `name` with `env` added to BASE_ENV; starts the chosen processes.
 
         With `broker_proxy`, every process reaches its Redis through a
         StallProxy (`platform.proxy`), which a test can stall and resume.
+        `broker` "rabbitmq" puts the broker on a vhost of its own on the
+        machine's RabbitMQ (skipped when none answers), deleted at teardown;
+        its default, JOBS_IT_BROKER ("redis"), runs any test on RabbitMQ.
         """
+        broker = broker or DEFAULT_BROKER
         db_name = f"jobs_it_{name}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         admin_url = require_postgres()
         template, token = _migrated_template(admin_url)
@@ -204,6 +260,11 @@ class PlatformFactory:
         if proxy is not None:
             self.exits.callback(proxy.close)
         redis_url = proxy.url if proxy is not None else redis_server.url
+        broker_url, vhost = redis_url, None
+        if broker == "rabbitmq":
+            vhost = require_rabbitmq(Vhost(name=db_name))
+            self.exits.callback(vhost.delete)
+            broker_url = vhost.url
         worker_metrics_port = free_port()
         scheduler_metrics_port = free_port()
         stack = Stack(
@@ -211,7 +272,9 @@ class PlatformFactory:
                 **BASE_ENV,
                 "DATABASE_URL": database_url,
                 "REDIS_URL": redis_url,
-                "CELERY_BROKER_URL": redis_url,
+                "CELERY_BROKER_URL": broker_url,
+                # Until the retry budget's state moves to PostgreSQL (issue 21 item 2).
+                "JOBS_RETRY_BUDGET_REDIS_URL": redis_url,
                 # Per platform: parallel platforms must not share metrics files or a port.
                 "JOBS_METRICS_DIR": str(self.logroot / db_name / "metrics"),
                 "JOBS_WORKER_METRICS_PORT": str(worker_metrics_port),
@@ -230,6 +293,7 @@ class PlatformFactory:
             redis=redis_server,
             database_url=database_url,
             proxy=proxy,
+            vhost=vhost,
             worker_metrics_url=f"http://127.0.0.1:{worker_metrics_port}/metrics",
             scheduler_metrics_url=f"http://127.0.0.1:{scheduler_metrics_port}/metrics",
         )
@@ -344,3 +408,10 @@ def require_postgres() -> str:
             f"trust auth) or the pgserver package: {exc}",
             pytrace=False,
         )
+
+
+def require_rabbitmq(vhost: Vhost) -> Vhost:
+    """Create `vhost` on the machine's RabbitMQ; skip the test when none answers."""
+    if not rabbitmq_reachable(vhost.server_url):
+        pytest.skip(f"no RabbitMQ at {vhost.server_url}")
+    return vhost.create()

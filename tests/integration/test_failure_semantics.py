@@ -24,7 +24,6 @@ from typing import Any
 
 import psutil
 import pytest
-import redis
 
 from devstack.services import wait_for
 from tests.integration.harness import TERMINAL, Platform
@@ -180,11 +179,11 @@ def test_sigkilled_children_lose_only_their_attempts_and_all_jobs_succeed(
 @pytest.mark.integration
 @pytest.mark.timeout(600)
 def test_poison_message_is_dead_after_at_most_three_deliveries_beside_normal_jobs(
-    platform_factory: Callable[..., Platform],
+    broker_platform_factory: Callable[..., Platform],
 ) -> None:
     # given a demo.crash job (kills its own child on every attempt) submitted
     # in the middle of 100 normal jobs, on a 4-child worker
-    platform = platform_factory("poison", worker_concurrency=4)
+    platform = broker_platform_factory("poison", worker_concurrency=4)
     normal = {"seconds": 0.3, "step_seconds": 0.1}
     normal_ids = submit_many(platform, "demo.sleep", normal, 50)
     poison_id = platform.submit("demo.crash", {"signal": "SIGKILL", "after_seconds": 0.5})
@@ -213,16 +212,12 @@ def test_poison_message_is_dead_after_at_most_three_deliveries_beside_normal_job
 
     # and the broker holds nothing more for it: the poison message was
     # acknowledged, not requeued (no ready message, nothing unacked)
-    client = redis.Redis.from_url(platform.redis.url)
-    try:
-        wait_for(
-            lambda: client.llen("default") == 0 and client.hlen("unacked") == 0,
-            timeout=30,
-            interval=0.2,
-            what="an empty queue and unacked hash",
-        )
-    finally:
-        client.close()
+    wait_for(
+        lambda: platform.broker_messages() == (0, 0),
+        timeout=30,
+        interval=0.2,
+        what="an empty queue and nothing unacknowledged",
+    )
     (after,) = jobs(platform, "WHERE id = %s", (poison_id,))
     assert after["deliveries"] == row["deliveries"], after
 

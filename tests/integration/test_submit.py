@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-import redis
 import requests
 
 from devstack.receiver import WebhookReceiver
@@ -79,10 +78,10 @@ def test_submit_concurrent_same_idempotency_key_creates_one_job_run_once(
 
 @pytest.mark.integration
 def test_submit_past_queue_limit_gets_503_and_writes_nothing(
-    platform_factory: Callable[..., Platform],
+    broker_platform_factory: Callable[..., Platform],
 ) -> None:
     # given a platform whose queue takes 10 ready jobs, and no worker to drain it
-    platform = platform_factory(
+    platform = broker_platform_factory(
         "queue_limit",
         env={"JOBS_QUEUE_MAX_READY": str(QUEUE_LIMIT)},
         worker=False,
@@ -95,8 +94,7 @@ def test_submit_past_queue_limit_gets_503_and_writes_nothing(
 
     # then each is accepted and its message waits in the broker
     assert [r.status_code for r in first] == [202] * QUEUE_LIMIT, [r.text for r in first]
-    broker = redis.Redis.from_url(platform.redis.url)
-    assert broker.llen("default") == QUEUE_LIMIT
+    assert platform.broker_messages()[0] == QUEUE_LIMIT
     count_before, rows_before = platform.job_count(), platform.row_count()
     assert (count_before, rows_before) == (QUEUE_LIMIT, QUEUE_LIMIT)
     # and each row is stamped published by its web process's batched writer
@@ -120,7 +118,7 @@ def test_submit_past_queue_limit_gets_503_and_writes_nothing(
     # and nothing was written or published
     assert platform.job_count() == count_before
     assert platform.row_count() == rows_before
-    assert broker.llen("default") == QUEUE_LIMIT
+    assert platform.broker_messages()[0] == QUEUE_LIMIT
 
 
 def _post_raw(platform: Platform, data: bytes, *, token: bool = True) -> requests.Response:

@@ -92,3 +92,25 @@ def test_lifecycle_reopen_outbox_only_rows_published_before(
     assert lifecycle.reopen_outbox(published_before=now, limit=10) == 1
     old.refresh_from_db()
     assert old.published_at is None
+
+
+def test_lifecycle_drop_ends_a_job_waiting_for_that_attempt_dead_delivery_limit(
+    job_factory: Callable[..., Job],
+) -> None:
+    waiting_for_it = job_factory(status=JobStatus.QUEUED, attempts_made=1)
+    moved_on = job_factory(status=JobStatus.QUEUED, attempts_made=2)
+    effects = Effects()
+
+    ended = lifecycle.drop(JobRef(waiting_for_it.id), attempt=2, effects=effects)
+    stale = lifecycle.drop(JobRef(moved_on.id), attempt=2, effects=effects)
+
+    assert ended is not None and stale is None
+    waiting_for_it.refresh_from_db()
+    moved_on.refresh_from_db()
+    assert (waiting_for_it.status, waiting_for_it.dead_reason) == (
+        JobStatus.DEAD,
+        DeadReason.DELIVERY_LIMIT,
+    )
+    assert waiting_for_it.finished_at is not None
+    assert moved_on.status == JobStatus.QUEUED
+    assert len(effects.events) == 1
