@@ -159,8 +159,10 @@ def run_demo() -> int:
                     "DATABASE_URL": f"sqlite:///{DEMO_DIR / 'db.sqlite3'}",
                     "REDIS_URL": redis_url,
                     "CELERY_BROKER_URL": broker_url,
-                    # Until the retry budget's state moves to PostgreSQL (issue 21 item 2).
-                    "JOBS_RETRY_BUDGET_REDIS_URL": redis_url,
+                    # Shared state (retry budget, cancellation, worker reports): on
+                    # SQLite, in the demo's Redis, named explicitly (with RabbitMQ as
+                    # the broker it is a store of its own; jobs.state_store).
+                    "JOBS_STATE_STORE": "redis",
                     "JOBS_KIND_OVERRIDES": DEMO_KIND_OVERRIDES,
                     # The receiver fails 30% of deliveries, above the retry budget's
                     # 20%: retries it cannot place within 30 s (default 300 s) go dead

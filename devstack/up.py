@@ -147,11 +147,10 @@ def start_app(cleanup: ExitStack, *, ports: dict[str, int], rundir: Path) -> App
         },
         logdir=rundir / "logs",
     )
-    if broker_url != redis_url:
-        # Until the retry budget's state moves to PostgreSQL (issue 21 item 2).
-        stack.env["JOBS_RETRY_BUDGET_REDIS_URL"] = env.str(
-            "JOBS_RETRY_BUDGET_REDIS_URL", default=redis_url
-        )
+    if broker_url != redis_url and not env.str("DATABASE_URL", default="").startswith("postgres"):
+        # On SQLite with RabbitMQ as the broker, shared state is kept in the
+        # private Redis, named explicitly (a store of its own; jobs.state_store).
+        stack.env["JOBS_STATE_STORE"] = env.str("JOBS_STATE_STORE", default="redis")
     cleanup.callback(stack.stop)
     token = provision(stack, username=ADMIN_USERNAME, password=password)
     stack.start_web(ports[port_vars.WEB])

@@ -210,8 +210,12 @@ def _client(url: str, timeout: float) -> redis.Redis:
 
 
 def budget_client() -> redis.Redis:
-    """The Redis client of the budget (JOBS_RETRY_BUDGET_REDIS_URL, by default the broker's)."""
-    url = settings.JOBS_RETRY_BUDGET_REDIS_URL or settings.CELERY_BROKER_URL
+    """The Redis client of the budget (JOBS_RETRY_BUDGET_REDIS_URL, by default the broker's,
+    or REDIS_URL's when the broker is not Redis)."""
+    default = (
+        settings.CELERY_BROKER_URL if settings.JOBS_BROKER_KIND == "redis" else settings.REDIS_URL
+    )
+    url = settings.JOBS_RETRY_BUDGET_REDIS_URL or default
     return _client(url, settings.JOBS_RETRY_BUDGET_REDIS_TIMEOUT)
 
 

@@ -7,7 +7,9 @@ configured store, never implicitly on the broker. JOBS_STATE_STORE names it:
 
 - `postgres`: the database every process already has; each hot decision is
   one statement, judged by the database's `now()`;
-- `redis`: the broker's Redis (the embedded SQLite of `make demo`).
+- `redis`: the broker's Redis (the embedded SQLite of `make demo`); with a
+  broker that is not Redis, only when set explicitly, in the Redis REDIS_URL
+  names (a store of its own: "or an explicitly configured store").
 
 Empty (the default) picks `postgres` when the database is PostgreSQL, else
 `redis`. jobs.checks refuses a store that cannot work (jobs.E030).
@@ -58,10 +60,15 @@ def problem() -> str | None:
         )
     if store == StateStore.REDIS:
         scheme = urlsplit(settings.CELERY_BROKER_URL).scheme
-        if scheme not in REDIS_SCHEMES:
+        if scheme not in REDIS_SCHEMES and settings.JOBS_STATE_STORE != StateStore.REDIS:
             return (
-                f"JOBS_STATE_STORE is redis but the broker is {scheme}://, not Redis: "
-                "cancellation requests and worker reports would have nowhere to go; use "
-                "JOBS_STATE_STORE=postgres with a PostgreSQL database"
+                f"the broker is {scheme}://, not Redis, and the database is not PostgreSQL: "
+                "shared state has no store; use a PostgreSQL DATABASE_URL, or set "
+                "JOBS_STATE_STORE=redis with REDIS_URL naming a Redis of its own"
+            )
+        if scheme not in REDIS_SCHEMES and urlsplit(settings.REDIS_URL).scheme not in REDIS_SCHEMES:
+            return (
+                f"JOBS_STATE_STORE is redis and the broker is {scheme}://, but REDIS_URL "
+                f"({urlsplit(settings.REDIS_URL).scheme}://) names no Redis to keep the state in"
             )
     return None

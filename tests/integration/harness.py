@@ -260,21 +260,22 @@ class PlatformFactory:
         if proxy is not None:
             self.exits.callback(proxy.close)
         redis_url = proxy.url if proxy is not None else redis_server.url
-        broker_url, vhost = redis_url, None
+        broker_url, vhost, state_redis_url = redis_url, None, redis_url
         if broker == "rabbitmq":
             vhost = require_rabbitmq(Vhost(name=db_name))
             self.exits.callback(vhost.delete)
             broker_url = vhost.url
+            # A RabbitMQ deployment needs no Redis (issue 21): its shared state is
+            # in PostgreSQL, and REDIS_URL names a port nobody listens on.
+            state_redis_url = f"redis://127.0.0.1:{free_port()}/0"
         worker_metrics_port = free_port()
         scheduler_metrics_port = free_port()
         stack = Stack(
             env={
                 **BASE_ENV,
                 "DATABASE_URL": database_url,
-                "REDIS_URL": redis_url,
+                "REDIS_URL": state_redis_url,
                 "CELERY_BROKER_URL": broker_url,
-                # Until the retry budget's state moves to PostgreSQL (issue 21 item 2).
-                "JOBS_RETRY_BUDGET_REDIS_URL": redis_url,
                 # Per platform: parallel platforms must not share metrics files or a port.
                 "JOBS_METRICS_DIR": str(self.logroot / db_name / "metrics"),
                 "JOBS_WORKER_METRICS_PORT": str(worker_metrics_port),

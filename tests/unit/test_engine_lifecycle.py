@@ -104,7 +104,8 @@ def test_lifecycle_drop_ends_a_job_waiting_for_that_attempt_dead_delivery_limit(
     ended = lifecycle.drop(JobRef(waiting_for_it.id), attempt=2, effects=effects)
     stale = lifecycle.drop(JobRef(moved_on.id), attempt=2, effects=effects)
 
-    assert ended is not None and stale is None
+    assert ended is not None
+    assert stale is None
     waiting_for_it.refresh_from_db()
     moved_on.refresh_from_db()
     assert (waiting_for_it.status, waiting_for_it.dead_reason) == (

@@ -34,12 +34,27 @@ def test_state_store_postgres_on_sqlite_refuses_to_start(settings: Any) -> None:
     assert "\n" not in error.msg
 
 
-def test_state_store_redis_with_a_rabbitmq_broker_refuses_to_start(settings: Any) -> None:
-    settings.JOBS_STATE_STORE = "redis"
+def test_state_store_left_to_default_with_a_rabbitmq_broker_on_sqlite_refuses_to_start(
+    settings: Any,
+) -> None:
+    settings.JOBS_STATE_STORE = ""
     settings.CELERY_BROKER_URL = "amqp://guest:guest@127.0.0.1:5672//"
     (error,) = check_state_store(None)
     assert error.id == "jobs.E030"
     assert "broker is amqp://" in error.msg
+    assert "\n" not in error.msg
+
+
+def test_state_store_redis_set_explicitly_with_a_rabbitmq_broker_keeps_state_in_redis_url(
+    settings: Any,
+) -> None:
+    settings.JOBS_STATE_STORE = "redis"
+    settings.CELERY_BROKER_URL = "amqp://guest:guest@127.0.0.1:5672//"
+    settings.REDIS_URL = "redis://127.0.0.1:6390/0"
+    assert check_state_store(None) == []
+    settings.REDIS_URL = "amqp://guest:guest@127.0.0.1:5672//"
+    (error,) = check_state_store(None)
+    assert "REDIS_URL (amqp://) names no Redis" in error.msg
 
 
 def test_state_store_unknown_name_refuses_to_start(settings: Any) -> None:
