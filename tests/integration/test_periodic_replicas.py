@@ -113,9 +113,7 @@ def test_three_schedulers_leader_sigkilled_twice_create_one_job_per_tick(
             f"outside takeovers, {max(stormy, default=0):.2f} s in takeovers "
             f"(outcomes {sorted({t.outcome for t in acc.ticks})})"
         )
-        if acc.jobs_per_tick_max != 1 or len(acc.with_job) != sum(
-            1 for t in acc.ticks if t.job_id
-        ):
+        if acc.jobs_per_tick_max != 1 or len(acc.with_job) != sum(1 for t in acc.ticks if t.job_id):
             failures.append(f"{name}: a tick with more than one job")
         if acc.unaccounted:
             failures.append(f"{name}: ticks unaccounted for {acc.unaccounted[:5]}")

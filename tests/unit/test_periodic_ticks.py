@@ -142,3 +142,11 @@ def test_schedules_tick_cron_dst_fall_back_runs_the_repeated_hour_once() -> None
         schedules_tick(now=start + timedelta(minutes=minute, seconds=1))
     # then 01:30 ran once (01:30 EDT = 05:30 UTC), not again at 01:30 EST
     assert [t for t, _, _ in _ticks(schedule)] == [datetime(2026, 11, 1, 5, 30, tzinfo=UTC)]
+
+
+def test_schedules_tick_targets_a_django_task_by_its_dotted_path() -> None:
+    _schedule(kind="example.tasks.send_welcome", payload={"args": [1], "kwargs": {}})
+    schedules_tick(now=T0 - timedelta(seconds=1))
+    assert schedules_tick(now=T0).count(TickOutcome.CREATED) == 1
+    job = Job.objects.get()
+    assert (job.kind, job.payload) == ("example.tasks.send_welcome", {"args": [1], "kwargs": {}})
