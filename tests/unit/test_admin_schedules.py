@@ -127,3 +127,20 @@ def test_admin_schedule_list_shows_last_job_status_with_a_link(
     schedule.refresh_from_db()
     page = client.get("/admin/jobs/schedule/")
     assert f"/admin/jobs/job/{schedule.last_job_id}/change/".encode() in page.content
+
+
+def test_admin_overview_lists_schedules_with_next_run_and_last_job(
+    client: Client, operator: User
+) -> None:
+    schedule = Schedule.objects.create(name="nightly-report", kind="demo.flaky", cron="0 3 * * *")
+    Schedule.objects.create(name="old", kind="demo.flaky", interval_seconds=5, enabled=False)
+    schedules_tick(now=T0)
+    schedules_tick(now=T0 + timedelta(hours=15))
+    schedule.refresh_from_db()
+    page = client.get("/admin/jobs/job/overview/").content.decode()
+    assert 'id="schedules"' in page
+    assert "nightly-report" in page
+    assert "0 3 * * * (UTC)" in page
+    assert "old</a> (disabled)" in page
+    assert f"/admin/jobs/job/{schedule.last_job_id}/change/" in page
+    assert "2026-01-02 03:00:00" in page  # the next run
