@@ -65,8 +65,8 @@ class ScheduleForm(forms.ModelForm):
 
 class TickInline(admin.TabularInline):
     model = ScheduleTick
-    fields = ["tick_at", "due_at", "created_at", "outcome", "missed", "job_link"]
-    readonly_fields = fields
+    fields = ("tick_at", "due_at", "created_at", "outcome", "missed", "job_link")
+    readonly_fields = ("tick_at", "due_at", "created_at", "outcome", "missed", "job_link")
     can_delete = False
     extra = 0
     max_num = 0

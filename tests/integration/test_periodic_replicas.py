@@ -16,6 +16,7 @@ import signal
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -28,12 +29,12 @@ LAG_LIMIT = 2.0  # seconds, outside a takeover (the acceptance line)
 # A takeover: from the kill to the new leader's first pass, plus the lag limit.
 TAKEOVER_SLACK = timedelta(seconds=LAG_LIMIT)
 
-SCHEDULES_10MIN = {
+SCHEDULES_10MIN: dict[str, dict[str, Any]] = {
     "minutely": {"kind": "demo.flaky", "cron": "* * * * *", "overlap": "allow"},
     "every10": {"kind": "demo.flaky", "every": 10, "overlap": "allow"},
     "every10-skip": {"kind": "demo.flaky", "every": 10, "overlap": "allow", "missed": "skip"},
 }
-SCHEDULES_2MIN = {
+SCHEDULES_2MIN: dict[str, dict[str, Any]] = {
     "every10": {"kind": "demo.flaky", "every": 10, "overlap": "allow"},
     "every5-skip": {"kind": "demo.flaky", "every": 5, "overlap": "allow", "missed": "skip"},
 }
