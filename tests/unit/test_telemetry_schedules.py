@@ -56,6 +56,7 @@ def test_overdue_collector_reports_seconds_past_due_of_enabled_schedules() -> No
     registry = CollectorRegistry()
     registry.register(ScheduleOverdueCollector())
     late = registry.get_sample_value("jobs_schedule_overdue_seconds", {"schedule": "late"})
-    assert late is not None and 119 < late < 180
+    assert late is not None
+    assert 119 < late < 180
     assert registry.get_sample_value("jobs_schedule_overdue_seconds", {"schedule": "fine"}) == 0
     assert registry.get_sample_value("jobs_schedule_overdue_seconds", {"schedule": "off"}) is None
