@@ -41,6 +41,13 @@ SCHEDULES_2MIN: dict[str, dict[str, Any]] = {
 STEPS = {"minutely": 60, "every10": 10, "every10-skip": 10, "every5-skip": 5}
 
 
+def _sleep_until_before_boundary(platform: Platform, *, seconds: int, ahead: float) -> None:
+    """Sleep until `ahead` s before the next multiple of `seconds` on the database's clock."""
+    now = database_now(platform)
+    into = (now.timestamp() % seconds) + ahead
+    time.sleep((seconds - into) % seconds)
+
+
 def _lease_acquired_at(platform: Platform) -> datetime | None:
     return platform.scalar("SELECT acquired_at FROM jobs_schedulerlease WHERE name = 'scheduler'")
 
@@ -74,6 +81,9 @@ def test_three_schedulers_leader_sigkilled_twice_create_one_job_per_tick(
     for kill_at in (end - minutes * 40, end - minutes * 20):
         while time.monotonic() < kill_at:
             time.sleep(0.5)
+        # 2 s before a tick of every schedule (a minute or 10 s boundary), so each
+        # takeover has ticks falling due while nobody leads
+        _sleep_until_before_boundary(platform, seconds=60 if minutes >= 10 else 10, ahead=2.0)
         pid = leader_pid(platform)
         leader = next(p for p in schedulers if p.pid == pid)
         killed_at = database_now(platform)
