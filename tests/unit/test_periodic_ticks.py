@@ -152,3 +152,21 @@ def test_schedules_tick_targets_a_django_task_by_its_dotted_path() -> None:
     assert schedules_tick(now=T0).count(TickOutcome.CREATED) == 1
     job = Job.objects.get()
     assert (job.kind, job.payload) == ("example.tasks.send_welcome", {"args": [1], "kwargs": {}})
+
+
+def test_schedules_tick_jitter_delays_the_run_not_the_tick() -> None:
+    # given a herd of schedules due at the same second, each with up to 8 s of jitter
+    for n in range(20):
+        _schedule(name=f"herd-{n}", jitter_seconds=8, overlap_policy="allow")
+    schedules_tick(now=T0 - timedelta(seconds=1))
+    runs = list(Schedule.objects.values_list("next_tick_at", "next_run_at"))
+    # then each run time lies in [tick, tick + 8 s], spread (not all at one second)
+    assert all(tick == T0 and T0 <= run <= T0 + timedelta(seconds=8) for tick, run in runs)
+    assert len({run.replace(microsecond=0) for _, run in runs}) > 3
+    # and at the tick itself only those whose run time has passed are created, under the
+    # tick's own time (the idempotency key and the claim use the nominal tick)
+    created = schedules_tick(now=T0 + timedelta(seconds=4)).count(TickOutcome.CREATED)
+    assert 0 < created < 20
+    schedules_tick(now=T0 + timedelta(seconds=8))
+    assert set(ScheduleTick.objects.values_list("tick_at", flat=True)) == {T0}
+    assert ScheduleTick.objects.count() == Job.objects.count() == 20
