@@ -35,6 +35,9 @@ class JobsConfig(AppConfig):
             autodiscover_kinds,
             autodiscover_tasks,
         )
+        from jobs.periodic import (  # noqa: F401, PLC0415 - registering a check needs the app registry ready
+            checks as periodic_checks,
+        )
         from jobs.taskbackend import (  # noqa: F401, PLC0415 - connecting receivers needs the app registry ready
             signals as task_signals,
         )

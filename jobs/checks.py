@@ -32,6 +32,8 @@ check (config.startup); `python manage.py check` lists them all.
   import order.
 - jobs.E014 (jobs.taskbackend.JobsBackend.check, run by Django's Tasks
   checks): the TASKS backend's QUEUES name a queue not in JOBS_QUEUES.
+- jobs.E031 (jobs.periodic.checks): a schedule declared in code (JOBS_SCHEDULES)
+  names an unknown kind or has a bad cron expression, time zone, interval or policy.
 - jobs.E021: JOBS_SCHEDULER_LEASE_SECONDS, JOBS_SCHEDULER_RENEW_SECONDS or
   JOBS_OUTBOX_CLAIM_SECONDS is not above 0, or the renewal is not shorter
   than the lease: the leader would lose its lease between two renewals.

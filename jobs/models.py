@@ -304,3 +304,13 @@ class WorkerReport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hostname} at {self.reported_at:%Y-%m-%d %H:%M:%S}"
+
+
+# Periodic schedules live in their own module; imported here so Django registers them.
+from jobs.periodic.models import (  # noqa: E402, F401 - registers the models with the app
+    MissedPolicy,
+    OverlapPolicy,
+    Schedule,
+    ScheduleSource,
+    ScheduleTick,
+)

@@ -3,7 +3,7 @@
 Every function returns plain frozen dataclasses, so the page (and its
 tests) never touch querysets. Query budget of the whole overview: status
 counts 1-2, attempts chart 1, queue depth 3 (jobs.selectors.queue_depths),
-dead letters 1, worker reports 1 (PostgreSQL state store); Redis: the queue
+dead letters 1, worker reports 1 (PostgreSQL state store), schedules 1; Redis: the queue
 lengths pipeline (and the worker reports on the Redis state store).
 """
 
@@ -19,7 +19,7 @@ from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from jobs import estimates, selectors, worker_reports
-from jobs.models import TERMINAL_STATUSES, Attempt, Job, JobStatus
+from jobs.models import TERMINAL_STATUSES, Attempt, Job, JobStatus, Schedule
 
 logger = logging.getLogger(__name__)
 
@@ -196,3 +196,37 @@ def dead_by_reason() -> dict[str, dict[str, int]]:
     for (kind, reason), n in selectors.dead_letter_counts().items():
         out.setdefault(reason or "unknown", {})[kind] = n
     return out
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """One schedule on the overview: its timing, next and last run and its last job's status."""
+
+    pk: int
+    name: str
+    kind: str
+    timing: str
+    enabled: bool
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    last_job_id: str | None
+    last_job_status: str | None
+
+
+def schedules(*, limit: int = 50) -> list[ScheduleRow]:
+    """Up to `limit` schedules, enabled first, by name (one query: the last job's status joined)."""
+    rows = Schedule.objects.select_related("last_job").order_by("-enabled", "name")[:limit]
+    return [
+        ScheduleRow(
+            pk=s.pk,
+            name=s.name,
+            kind=s.kind,
+            timing=s.timing,
+            enabled=s.enabled,
+            next_run_at=s.next_run_at,
+            last_run_at=s.last_run_at,
+            last_job_id=str(s.last_job_id) if s.last_job_id else None,
+            last_job_status=s.last_job.status if s.last_job is not None else None,
+        )
+        for s in rows
+    ]

@@ -21,6 +21,7 @@ __all__ = [
     "RecycleReason",
     "RejectReason",
     "StateStore",
+    "TickOutcome",
 ]
 
 
@@ -78,3 +79,16 @@ class StateStore(StrEnum):
 
     POSTGRES = "postgres"  # the database: one statement per hot decision
     REDIS = "redis"  # the broker's Redis (make demo, on SQLite)
+
+
+class TickOutcome(StrEnum):
+    """What became of a periodic schedule's tick (jobs_schedule_ticks_total's `outcome`).
+
+    `created` and `caught_up` made a job; the others are the skip reasons.
+    """
+
+    CREATED = "created"  # the tick's job was submitted on time (within JOBS_SCHEDULE_MISSED_AFTER)
+    CAUGHT_UP = "caught_up"  # the one job for the ticks missed meanwhile (missed policy catch_up)
+    MISSED = "missed"  # no job: missed (no leader, disabled pass) and skipped or folded into one
+    OVERLAP = "overlap"  # no job: the schedule's previous job was still live (overlap skip)
+    REJECTED = "rejected"  # no job: the submission was refused (queue full, invalid)

@@ -1,4 +1,4 @@
-"""The scheduler loop: promotes due retries, sweeps the outbox, lost messages and expired leases.
+"""The scheduler loop: due retries, periodic ticks, the outbox, lost messages and expired leases.
 
 Retries wait here, in the database, not as delayed messages inside a worker, so
 worker memory and prefetch stay flat however many retries are pending. Any
@@ -19,6 +19,7 @@ from django.db import DatabaseError, close_old_connections
 
 from jobs import brokers, selectors, services, state_store
 from jobs.leadership import Leadership, process_identity
+from jobs.periodic.leader import PeriodicPass
 
 logger = logging.getLogger(__name__)
 
@@ -201,6 +202,7 @@ def run_scheduler(
         watch.adapter.declare(list(settings.JOBS_QUEUES))
     except Exception as exc:  # declared again by the first publish; drops wait for the next start
         logger.warning("broker objects not declared: %s: %s", type(exc).__name__, exc)
+    periodic = PeriodicPass()
     last_sweep = 0.0
     # Since when the database has answered every pass (None: the last one failed).
     # Leases are judged only JOBS_LEASE_RECOVERY_GRACE seconds after that, at
@@ -219,6 +221,9 @@ def run_scheduler(
                     stop.wait(max(interval, leadership.next_try - leadership.clock()))
                     continue
                 promoted = services.retries_promote_due(limit=batch, claimer=leadership.identity)
+                # Periodic schedules: each due tick's job, once (jobs.periodic).
+                if leadership.hold():
+                    periodic.run(leadership)
                 if db_ok_since is None:
                     db_ok_since = time.monotonic()
                 if time.monotonic() - last_sweep >= SWEEP_EVERY_SECONDS:

@@ -127,6 +127,22 @@ jobs_messages_lost_total = Counter(
     "republished by the scheduler.",
     ("kind", "queue"),
 )
+# Periodic schedules (jobs.periodic): counted by the leading scheduler. Labelled by
+# schedule name: schedules are declared by developers and operators, a few dozen at most.
+jobs_schedule_ticks_total = Counter(
+    "jobs_schedule_ticks",
+    "Ticks of periodic schedules, by outcome: created or caught_up (a job was submitted), "
+    "missed, overlap or rejected (skipped, no job).",
+    ("schedule", "outcome"),
+)
+# Lag between a tick's due time (with its jitter) and its job's creation: 0.1 s to 5 min.
+SCHEDULE_LAG_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 300)
+jobs_schedule_lag_seconds = Histogram(
+    "jobs_schedule_lag_seconds",
+    "Seconds from a tick's due time to the creation of its job (ticks created on time).",
+    ("schedule",),
+    buckets=SCHEDULE_LAG_BUCKETS,
+)
 jobs_attempts_in_flight = Gauge(
     "jobs_attempts_in_flight",
     "Attempts running now.",
@@ -270,6 +286,13 @@ SCRAPE_TIME_SERIES: dict[str, tuple[str, tuple[str, ...], str]] = {
         (),
         "1 while this scheduler holds the leadership lease (it promotes retries and sweeps "
         "the outbox), 0 while it stands by; summed over schedulers it should be 1.",
+    ),
+    # scheduler /metrics (jobs.telemetry.schedules): from the schedule rows, any scheduler
+    "jobs_schedule_overdue_seconds": (
+        "gauge",
+        ("schedule",),
+        "Seconds an enabled schedule's next tick is past its due time (database clock); "
+        "0 while not due. Stays above a few seconds only while no leader creates ticks.",
     ),
     # worker /metrics (main process)
     "jobs_worker_max_memory_per_child_bytes": (

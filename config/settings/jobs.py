@@ -76,6 +76,15 @@ JOBS_SCHEDULER_BATCH: int = env.int("JOBS_SCHEDULER_BATCH", default=500)
 JOBS_SCHEDULER_LEASE_SECONDS: float = env.float("JOBS_SCHEDULER_LEASE_SECONDS", default=10.0)
 JOBS_SCHEDULER_RENEW_SECONDS: float = env.float("JOBS_SCHEDULER_RENEW_SECONDS", default=2.0)
 JOBS_OUTBOX_CLAIM_SECONDS: float = env.float("JOBS_OUTBOX_CLAIM_SECONDS", default=30.0)
+# Periodic schedules (jobs.periodic, docs/periodic.md). A tick whose job is
+# created more than MISSED_AFTER seconds after its due time counts as missed
+# (its schedule's missed policy: skip, or one catch-up job); it must exceed a
+# leader takeover (LEASE + RENEW). Schedules declared in code: JOBS_SCHEDULES
+# ({name: {"kind" or "task", "cron" or "every", ...}}), the platform's own
+# defaults first (jobs.periodic.declared.DEFAULT_SCHEDULES), then the
+# JOBS_SCHEDULES environment variable (JSON) for operators.
+JOBS_SCHEDULE_MISSED_AFTER: float = env.float("JOBS_SCHEDULE_MISSED_AFTER", default=60.0)
+JOBS_SCHEDULES: dict[str, dict] = env.json("JOBS_SCHEDULES", default={})
 # Lost messages (jobs.services.lost_messages): every CHECK_INTERVAL seconds
 # the scheduler looks for queued jobs whose message is in no broker queue and
 # no consumer's hands (a flush, eviction, failover, a delivery to a dead

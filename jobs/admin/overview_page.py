@@ -84,6 +84,7 @@ def context() -> dict[str, Any]:
             for reason, kinds in sorted(dead.items())
             for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1])
         ],
+        "schedules": overview.schedules(),
         "links": [
             (name, url)
             for name, url in (

@@ -24,6 +24,7 @@ from jobs import fork_gate
 from jobs.leadership import Leadership
 from jobs.telemetry.backlog import BacklogCollector
 from jobs.telemetry.collectors import LeaderCollector, QueueDepthCollector, RetryBudgetCollector
+from jobs.telemetry.schedules import ScheduleOverdueCollector
 from observability.exporter import register_process_series, serve_gated, worker_registry
 from observability.probes import DependencyCollector
 from observability.worker_monitor import WorkerMonitor, WorkerUpCollector
@@ -60,7 +61,7 @@ def scheduler_registry(
 ) -> CollectorRegistry:
     """Registry of the scheduler's /metrics: its own counters, the workers' up/active view,
     the queue depth, oldest job's age and jobs_backlog (so the backlog alerts and the
-    autoscaler outlive the web), its probes of the broker and the database, and whether
+    autoscaler outlive the web), how overdue each schedule is, its probes of the broker and the database, and whether
     it leads (with `leadership`)."""
     registry = CollectorRegistry()
     register_process_series(registry)
@@ -69,6 +70,7 @@ def scheduler_registry(
     registry.register(WorkerUpCollector(monitor))
     registry.register(QueueDepthCollector(backlog_only=True, close_connection=True))
     registry.register(BacklogCollector(close_connection=True))
+    registry.register(ScheduleOverdueCollector(close_connection=True))
     registry.register(DependencyCollector(monitor.app))
     return registry
 

@@ -94,6 +94,11 @@ def observed(_logroot: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         "JOBS_KIND_OVERRIDES": json.dumps(POLICIES),
         "JOBS_QUEUES": "default,tiny",
         "JOBS_QUEUE_MAX_READY_OVERRIDES": "tiny=0",
+        # A periodic schedule, so the schedule series the alerts read are scraped (and the
+        # calm run shows its ticks page nothing).
+        "JOBS_SCHEDULES": json.dumps(
+            {"observe-every10": {"kind": "demo.flaky", "payload": {"fail_times": 0}, "every": 10}}
+        ),
         **BUDGET,
     }
     yield from observed_platform(
