@@ -13,7 +13,9 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from jobs.waiting import DETAIL_MAX_CHARS, WaitingReason
+from jobs.reasons import PauseScope
+from jobs.waiting import CHOICES as WAITING_CHOICES
+from jobs.waiting import DETAIL_MAX_CHARS
 
 
 class JobStatus(models.TextChoices):
@@ -113,7 +115,7 @@ class Job(models.Model):
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     dead_reason = models.CharField(max_length=16, choices=DeadReason, blank=True, default="")
-    waiting_reason = models.CharField(max_length=32, choices=WaitingReason, blank=True, default="")
+    waiting_reason = models.CharField(max_length=32, choices=WAITING_CHOICES, blank=True, default="")
     waiting_detail = models.CharField(max_length=DETAIL_MAX_CHARS, blank=True, default="")
     created_by = models.ForeignKey(
         "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -302,3 +304,27 @@ class WorkerReport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hostname} at {self.reported_at:%Y-%m-%d %H:%M:%S}"
+
+
+class Pause(models.Model):
+    """A paused kind or queue (jobs.pauses): its jobs stay `queued` and start after the resume.
+
+    One row per (`scope`, `name`) while paused; the resume deletes it (the
+    admin History keeps both). `paused_at` is the database's time.
+    """
+
+    scope = models.CharField(max_length=8, choices=[(s.value, s.value) for s in PauseScope])
+    name = models.CharField(max_length=100)
+    paused_at = models.DateTimeField()
+    paused_by = models.ForeignKey(
+        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reason = models.CharField(max_length=300, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "name"], name="jobs_pause_unique_scope_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.name} paused"

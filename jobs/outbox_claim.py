@@ -23,6 +23,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from jobs.models import Job, JobStatus
+from jobs.reasons import WaitingReason
 
 
 def claim_fields(*, claimer: str) -> dict[str, Any]:
@@ -52,6 +53,8 @@ def claim_unpublished(*, claimer: str, enqueued_before: datetime, limit: int) ->
                 published_at__isnull=True,
                 enqueued_at__lte=enqueued_before,
             )
+            # Held by a pause: the leader publishes those after the resume (jobs.pause_gate).
+            .exclude(waiting_reason=WaitingReason.PAUSED)
             .order_by("enqueued_at")
             .select_for_update(skip_locked=True)
             .values_list("id", flat=True)[:limit]

@@ -18,9 +18,11 @@ __all__ = [
     "DropReason",
     "LeakResource",
     "Limit",
+    "PauseScope",
     "RecycleReason",
     "RejectReason",
     "StateStore",
+    "WaitingReason",
 ]
 
 
@@ -39,6 +41,7 @@ class DropReason(StrEnum):
     TERMINAL = "terminal"  # the job already ended
     STALE = "stale"  # the message is for an attempt other than the job's next one
     BUDGET = "budget"  # a retry held at its start by the retry budget
+    PAUSED = "paused"  # its kind or queue is paused: the job waits in the database (jobs.pauses)
 
 
 class RejectReason(StrEnum):
@@ -78,3 +81,40 @@ class StateStore(StrEnum):
 
     POSTGRES = "postgres"  # the database: one statement per hot decision
     REDIS = "redis"  # the broker's Redis (make demo, on SQLite)
+
+
+class PauseScope(StrEnum):
+    """What a pause stops (jobs.pauses): every job of one kind, or every job of one queue."""
+
+    KIND = "kind"
+    QUEUE = "queue"
+
+
+class WaitingReason(StrEnum):
+    """Why a job that is neither running nor terminal does not start (jobs.waiting).
+
+    Stored on the row (`Job.waiting_reason`) where the decision to hold the
+    job is made; the live ones (backpressure, no worker) are computed when a
+    job is shown (jobs.waiting_now). `label` is the admin's short form.
+    CONCURRENCY_LIMIT, RATE_LIMIT and FUSE_OPEN are reserved for the flow
+    limits and fuses still to come (issue 24 items 1 and 3).
+    """
+
+    BACKOFF = "backoff"  # a retry waits out its backoff
+    RETRY_AFTER = "retry_after"  # a retry waits as long as the failure asked
+    RETRY_BUDGET = "retry_budget"  # a retry moved to a later slot by the kind's retry budget
+    RUN_AFTER = "run_after"  # submitted with a later start
+    PAUSED = "paused"  # its kind or queue is paused (jobs.pauses)
+    BACKPRESSURE = "backpressure"  # its queue holds as many ready jobs as it may (503 to submits)
+    NO_WORKER = "no_worker"  # no live worker consumes its queue
+    CONCURRENCY_LIMIT = "concurrency_limit"  # reserved: the kind's concurrency limit
+    RATE_LIMIT = "rate_limit"  # reserved: the kind's rate limit
+    FUSE_OPEN = "fuse_open"  # reserved: the kind's fuse is open
+
+    @property
+    def label(self) -> str:
+        """The short form the admin list shows."""
+        return _WAITING_LABELS.get(self.value, self.value.replace("_", " "))
+
+
+_WAITING_LABELS = {"retry_after": "Retry-After", "no_worker": "no worker"}

@@ -194,6 +194,8 @@ def run_scheduler(
                     stop.wait(max(interval, leadership.next_try - leadership.clock()))
                     continue
                 promoted = services.retries_promote_due(limit=batch, claimer=leadership.identity)
+                # Jobs held by a pause that ended: published within one tick of the resume.
+                promoted += services.held_release(limit=batch, claimer=leadership.identity)
                 if db_ok_since is None:
                     db_ok_since = time.monotonic()
                 if time.monotonic() - last_sweep >= SWEEP_EVERY_SECONDS:

@@ -20,10 +20,16 @@ and on a `delayed` job:
 
 - `run_after`: the submitter asked for a later start (`run_after`).
 
-Later reasons belong here too (a concurrency or
-rate limit, a paused kind, an open fuse, backpressure, no worker consuming
-the queue): one member and one constructor each. This module imports no
-other jobs module, so every layer may use it.
+and on a `queued` job held in the database (unpublished):
+
+- `paused`: its kind or queue is paused (jobs.pauses); it starts within a
+  scheduler tick of the resume.
+
+The reasons computed when a job is shown, never stored (backpressure, no
+worker consuming the queue) are jobs.waiting_now's. The vocabulary is
+jobs.reasons.WaitingReason (also the reserved members of the flow limits
+and fuses to come). This module imports only jobs.reasons, so every layer
+may use it.
 """
 
 from __future__ import annotations
@@ -31,19 +37,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import models
+from jobs.reasons import WaitingReason
 
 # The longest detail stored (Job.waiting_detail's max_length).
 DETAIL_MAX_CHARS = 300
 
 
-class WaitingReason(models.TextChoices):
-    """Why a job is held back; `label` is the short form the admin list shows."""
+__all__ = ["CHOICES", "DETAIL_MAX_CHARS", "NOT_WAITING", "Waiting", "WaitingReason"]
 
-    BACKOFF = "backoff", "backoff"
-    RETRY_AFTER = "retry_after", "Retry-After"
-    RETRY_BUDGET = "retry_budget", "retry budget"
-    RUN_AFTER = "run_after", "run after"
+# The model field's and the API's choices: (value, label) of every reason.
+CHOICES: list[tuple[str, str]] = [(reason.value, reason.label) for reason in WaitingReason]
 
 
 @dataclass(frozen=True)
@@ -131,4 +134,14 @@ def for_run_after(*, run_after: Any) -> Waiting:
     """Why a job submitted with a later start (`run_after`, an aware datetime) waits."""
     return _waiting(
         WaitingReason.RUN_AFTER, f"start not before {run_after.isoformat()}, as submitted"
+    )
+
+
+def for_pause(*, scope: str, name: str, paused_at: Any, reason: str = "") -> Waiting:
+    """Why a queued job waits in the database: its kind or queue `name` is paused since `paused_at`."""
+    why = f": {reason}" if reason else ""
+    return _waiting(
+        WaitingReason.PAUSED,
+        f"{scope} {name} paused since {paused_at.isoformat(timespec='seconds')}{why}; "
+        "starts within a scheduler tick of the resume",
     )

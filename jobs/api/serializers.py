@@ -8,7 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from jobs.models import Attempt, Job, JobStatus
-from jobs.waiting import WaitingReason
+from jobs import waiting
 from observability.tracing import trace_id_from
 
 
@@ -105,7 +105,7 @@ class AttemptSerializer(serializers.ModelSerializer):
 class WaitingSerializer(serializers.Serializer):
     """Why a held-back job waits (jobs.waiting); `until` is when it may go on, if known."""
 
-    reason = serializers.ChoiceField(choices=WaitingReason.choices)
+    reason = serializers.ChoiceField(choices=waiting.CHOICES)
     detail = serializers.CharField()
     until = serializers.DateTimeField(allow_null=True)
 

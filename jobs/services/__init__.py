@@ -39,7 +39,13 @@ from jobs.services.records import (
     SubmitResult,
 )
 from jobs.services.submission import job_publish, job_submit, jobs_publish, request_fingerprint
-from jobs.services.sweeps import leases_expire, outbox_reopen, outbox_sweep, retries_promote_due
+from jobs.services.sweeps import (
+    held_release,
+    leases_expire,
+    outbox_reopen,
+    outbox_sweep,
+    retries_promote_due,
+)
 from jobs.services.worker_loss import attempt_worker_lost
 
 __all__ = [
@@ -60,6 +66,7 @@ __all__ = [
     "attempt_memory_limit_end",
     "attempt_start",
     "attempt_worker_lost",
+    "held_release",
     "leases_expire",
     "lost_message_suspects",
     "lost_messages_republish",

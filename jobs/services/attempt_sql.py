@@ -40,6 +40,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from jobs import waiting
+from jobs.pause_gate import NOT_PAUSED
 from jobs.decisions import Decision
 from jobs.kinds import registry
 from jobs.models import Attempt, AttemptOutcome, Job, JobStatus
@@ -118,6 +119,7 @@ WITH j AS (
       AND status = %(queued)s
       AND attempts_made = %(number)s - 1
       AND %(leases)s::jsonb ? kind
+      AND {NOT_PAUSED}
       AND {retry_counted_where("extract(epoch FROM p.finished_at)::float8")}
     RETURNING {JOB_TABLE}.*
 ), a AS (

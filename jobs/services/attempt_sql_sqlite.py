@@ -20,6 +20,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from jobs.models import Job, JobStatus
+from jobs.pause_gate import NOT_PAUSED
 from jobs.services.attempt_sql_clauses import (
     ATTEMPT_TABLE,
     FINISH_ATTEMPT_SET,
@@ -45,6 +46,7 @@ WHERE id = %(job_id)s
   AND status = %(queued)s
   AND attempts_made = %(number)s - 1
   AND {_LEASE} IS NOT NULL
+  AND {NOT_PAUSED}
   AND {retry_counted_where("(julianday(p.finished_at) - 2440587.5) * 86400.0")}
 RETURNING *
 """

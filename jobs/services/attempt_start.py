@@ -12,7 +12,7 @@ import psutil
 from django.conf import settings
 from django.db import transaction
 
-from jobs import budget, clock, events, waiting
+from jobs import budget, clock, events, pause_gate, waiting
 from jobs.kinds import policy_for
 from jobs.models import Attempt, AttemptOutcome, DeadReason, Job, JobStatus
 from jobs.policy import Policy
@@ -154,6 +154,9 @@ def attempt_start(
                 number = job.attempts_made + 1
         if number is None:
             _dropped(job, attempt, DropReason.STALE)
+            return None
+        if pause_gate.hold_if_paused(job):
+            _dropped(job, attempt, DropReason.PAUSED)
             return None
         if number > 1 and _held_by_retry_budget(job, number, now=now):
             _dropped(job, attempt, DropReason.BUDGET)

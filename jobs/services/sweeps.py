@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import DatabaseError, transaction
 
-from jobs import outbox_claim, selectors, waiting
+from jobs import outbox_claim, pause_gate, selectors, waiting
 from jobs.models import Job, JobStatus
 from jobs.services.submission import job_publish, jobs_publish
 from jobs.services.worker_loss import record_worker_lost
@@ -42,7 +42,18 @@ def retries_promote_due(*, now: datetime | None = None, limit: int = 500, claime
             **waiting.NOT_WAITING,
             **outbox_claim.claim_fields(claimer=claimer),
         )
-        transaction.on_commit(lambda: _publish_claimed(job_ids=ids, claimer=claimer))
+        # Due work of a paused kind or queue is queued but held, never published.
+        publish = pause_gate.hold_paused(ids)
+        transaction.on_commit(lambda: _publish_claimed(job_ids=publish, claimer=claimer))
+    return len(ids)
+
+
+def held_release(*, limit: int = 500, claimer: str = "") -> int:
+    """Publish up to `limit` jobs held by a pause that has ended; returns how many were released."""
+    ids = pause_gate.release_resumed(limit=limit, claimer=claimer)
+    if ids:
+        published = _publish_claimed(job_ids=ids, claimer=claimer)
+        logger.info("resumed: published %s of %s held jobs", published, len(ids))
     return len(ids)
 
 
@@ -70,6 +81,7 @@ def outbox_sweep(*, now: datetime | None = None, limit: int = 500, claimer: str 
     now = now or selectors.database_now()
     before = now - timedelta(seconds=settings.JOBS_SWEEP_UNPUBLISHED_AFTER)
     ids = outbox_claim.claim_unpublished(claimer=claimer, enqueued_before=before, limit=limit)
+    ids = pause_gate.hold_paused(ids)
     # Stops at the first refused publish (the broker is down): the rest on the next pass.
     published = _publish_claimed(job_ids=ids, claimer=claimer)
     if ids:
