@@ -8,7 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from jobs.models import Attempt, Job, JobStatus
-from jobs import waiting
+from jobs import waiting, waiting_now
 from observability.tracing import trace_id_from
 
 
@@ -130,7 +130,9 @@ class JobSerializer(serializers.ModelSerializer):
     `recovered_error` instead (and in that attempt's row). `trace_id` is the
     trace of the request that submitted the job, which every attempt joins
     (empty unless the submitting process exports traces). `waiting` says why
-    a held-back job waits, or is null. `progress` is the running (or last)
+    a held-back job waits, or is null (on the job's own page also the live
+    reasons of a queued job: a pause, no worker, backpressure; jobs.waiting_now),
+    and `estimated_start` when it may start, where that can be estimated. `progress` is the running (or last)
     attempt's latest progress report, or null.
     """
 
@@ -140,6 +142,10 @@ class JobSerializer(serializers.ModelSerializer):
     last_error = serializers.SerializerMethodField()
     recovered_error = serializers.SerializerMethodField()
     waiting = serializers.SerializerMethodField()
+    estimated_start = serializers.SerializerMethodField(
+        help_text="When a waiting job may start, where it can be estimated (its due time, or "
+        "the jobs ahead of it at its queue's recent pace); null otherwise."
+    )
     progress = serializers.SerializerMethodField()
 
     @extend_schema_field(ProgressSerializer(allow_null=True))
@@ -157,17 +163,31 @@ class JobSerializer(serializers.ModelSerializer):
             }
         ).data
 
+    def _waiting_now(self, job: Job) -> waiting_now.WaitingNow | None:
+        # Computed once per job and response; live reasons only where the view asks
+        # (the job page: context["live_waiting"]), the stored ones everywhere.
+        cache = self.context.setdefault("_waiting_now", {})
+        if job.pk not in cache:
+            cache[job.pk] = waiting_now.job_waiting(
+                job, live=bool(self.context.get("live_waiting"))
+            )
+        return cache[job.pk]
+
     @extend_schema_field(WaitingSerializer(allow_null=True))
     def get_waiting(self, job: Job) -> dict[str, Any] | None:
-        if not job.waiting_reason:
+        now = self._waiting_now(job)
+        if now is None:
             return None
         return WaitingSerializer(
-            {
-                "reason": job.waiting_reason,
-                "detail": job.waiting_detail,
-                "until": job.next_attempt_at,
-            }
+            {"reason": now.reason.value, "detail": now.detail, "until": now.until}
         ).data
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_estimated_start(self, job: Job) -> str | None:
+        now = self._waiting_now(job)
+        if now is None or now.estimated_start is None:
+            return None
+        return serializers.DateTimeField().to_representation(now.estimated_start)
 
     def get_trace_id(self, job: Job) -> str:
         return trace_id_from(job.trace_parent)
@@ -199,6 +219,7 @@ class JobSerializer(serializers.ModelSerializer):
             "next_attempt_at",
             "run_after",
             "waiting",
+            "estimated_start",
             "progress",
             "result",
             "last_error",

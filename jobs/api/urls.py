@@ -2,11 +2,13 @@
 
 from rest_framework.routers import DefaultRouter
 
+from jobs.api.pauses import PauseViewSet
 from jobs.api.views import JobViewSet
 
 app_name = "jobs-api"
 
 router = DefaultRouter()
 router.register("jobs", JobViewSet, basename="job")
+router.register("pauses", PauseViewSet, basename="pause")
 
 urlpatterns = router.urls

@@ -49,6 +49,7 @@ from django.db.models.functions import Coalesce, Least, Now
 
 from jobs.db import close_connections, is_unavailable, run_with_reconnect
 from jobs.models import Attempt, Job, JobStatus
+from jobs.reasons import WaitingReason
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +113,9 @@ def write_stamps(stamps: Iterable[tuple[uuid.UUID, int]]) -> int:
             "started_at"
         )[:1]
     )
-    return Job.objects.filter(waiting, published_at__isnull=True).update(
+    # A row a pause held after its publish stays unpublished (jobs.pause_gate).
+    held = Q(waiting_reason=WaitingReason.PAUSED)
+    return Job.objects.filter(waiting, published_at__isnull=True).exclude(held).update(
         published_at=Case(
             When(status=JobStatus.QUEUED, then=Now()),
             default=Least(Now(), Coalesce(started, Now())),
