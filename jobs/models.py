@@ -115,7 +115,9 @@ class Job(models.Model):
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     dead_reason = models.CharField(max_length=16, choices=DeadReason, blank=True, default="")
-    waiting_reason = models.CharField(max_length=32, choices=WAITING_CHOICES, blank=True, default="")
+    waiting_reason = models.CharField(
+        max_length=32, choices=WAITING_CHOICES, blank=True, default=""
+    )
     waiting_detail = models.CharField(max_length=DETAIL_MAX_CHARS, blank=True, default="")
     created_by = models.ForeignKey(
         "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

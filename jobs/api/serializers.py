@@ -7,8 +7,8 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from jobs.models import Attempt, Job, JobStatus
 from jobs import waiting, waiting_now
+from jobs.models import Attempt, Job, JobStatus
 from observability.tracing import trace_id_from
 
 

@@ -40,10 +40,10 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from jobs import waiting
-from jobs.pause_gate import NOT_PAUSED
 from jobs.decisions import Decision
 from jobs.kinds import registry
 from jobs.models import Attempt, AttemptOutcome, Job, JobStatus
+from jobs.pause_gate import NOT_PAUSED
 from jobs.services import attempt_sql_sqlite
 from jobs.services.attempt_sql_clauses import (
     ATTEMPT_TABLE,

@@ -115,10 +115,14 @@ def write_stamps(stamps: Iterable[tuple[uuid.UUID, int]]) -> int:
     )
     # A row a pause held after its publish stays unpublished (jobs.pause_gate).
     held = Q(waiting_reason=WaitingReason.PAUSED)
-    return Job.objects.filter(waiting, published_at__isnull=True).exclude(held).update(
-        published_at=Case(
-            When(status=JobStatus.QUEUED, then=Now()),
-            default=Least(Now(), Coalesce(started, Now())),
+    return (
+        Job.objects.filter(waiting, published_at__isnull=True)
+        .exclude(held)
+        .update(
+            published_at=Case(
+                When(status=JobStatus.QUEUED, then=Now()),
+                default=Least(Now(), Coalesce(started, Now())),
+            )
         )
     )
 

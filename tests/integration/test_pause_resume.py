@@ -53,9 +53,7 @@ def test_pause_resume_kind_with_500_queued_and_3_running(
     running = [
         platform.submit("demo.flaky", {"fail_times": 0, "sleep_seconds": 4}) for _ in range(RUNNING)
     ]
-    wait_for(
-        lambda: platform.job_count(status="running") == RUNNING, timeout=60, what="3 running"
-    )
+    wait_for(lambda: platform.job_count(status="running") == RUNNING, timeout=60, what="3 running")
     # and 500 more queued behind them
     with ThreadPoolExecutor(max_workers=8) as pool:
         queued = list(

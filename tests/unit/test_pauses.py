@@ -124,9 +124,9 @@ def test_pause_twice_is_one_pause_and_history_records_both_ends() -> None:
     assert (created, created_again, again.pk) == (True, False, row.pk)
     assert row.paused_by == staff
     flags = list(
-        LogEntry.objects.filter(object_id=str(row.pk)).order_by("id").values_list(
-            "action_flag", flat=True
-        )
+        LogEntry.objects.filter(object_id=str(row.pk))
+        .order_by("id")
+        .values_list("action_flag", flat=True)
     )
     assert flags == [ADDITION, DELETION]
     assert not Pause.objects.exists()
