@@ -231,6 +231,17 @@ SCRAPE_TIME_SERIES: dict[str, tuple[str, tuple[str, ...], str]] = {
         "Retries the kind's retry budget allows in its current window "
         "(ratio x first attempts so far + floor).",
     ),
+    # web /metrics (jobs.telemetry.collectors.PauseCollector, from the Pause table)
+    "jobs_paused": (
+        "gauge",
+        ("scope", "name"),
+        "1 for each paused kind (scope=kind) or queue (scope=queue); absent when not paused.",
+    ),
+    "jobs_paused_seconds": (
+        "gauge",
+        ("scope", "name"),
+        "Seconds since the kind or queue was paused (the database's clock).",
+    ),
     # web and scheduler /metrics (observability.probes): each probes its dependencies
     # when scraped, so an outage is named by the processes that still answer.
     "jobs_broker_up": (

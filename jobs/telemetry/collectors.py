@@ -10,7 +10,7 @@ from django.db import close_old_connections, connection
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from jobs import budget, selectors
+from jobs import budget, clock, pauses, selectors
 from jobs.kinds.registry import kind_names
 from jobs.leadership import Leadership
 from observability.metrics import scrape_family
@@ -116,3 +116,26 @@ class LeaderCollector(Collector):
         leader = scrape_family("jobs_scheduler_leader")
         leader.add_metric([], 1.0 if self.leadership.leading else 0.0)
         yield leader
+
+
+class PauseCollector(Collector):
+    """jobs_paused{scope, name} (1) and jobs_paused_seconds{scope, name} for every pause now.
+
+    One read of the Pause table per scrape (jobs.pauses), ages by the
+    database's clock (jobs.clock). The alert JobsPausedTooLong reads the age.
+    Nothing is exported when the database cannot be read.
+    """
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        paused = scrape_family("jobs_paused")
+        since = scrape_family("jobs_paused_seconds")
+        try:
+            now = clock.now()
+            for row in pauses.pauses_active():
+                paused.add_metric([row.scope, row.name], 1.0)
+                since.add_metric(
+                    [row.scope, row.name], max(0.0, (now - row.paused_at).total_seconds())
+                )
+        except Exception as exc:  # a scrape reports what it can
+            logger.warning("pause collection failed: %s: %s", type(exc).__name__, exc)
+        yield from (paused, since)

@@ -22,7 +22,12 @@ from prometheus_client import (
 
 from jobs import fork_gate
 from jobs.leadership import Leadership
-from jobs.telemetry.collectors import LeaderCollector, QueueDepthCollector, RetryBudgetCollector
+from jobs.telemetry.collectors import (
+    LeaderCollector,
+    PauseCollector,
+    QueueDepthCollector,
+    RetryBudgetCollector,
+)
 from observability.exporter import register_process_series, serve_gated, worker_registry
 from observability.probes import DependencyCollector
 from observability.worker_monitor import WorkerMonitor, WorkerUpCollector
@@ -102,6 +107,7 @@ def web_registry() -> CollectorRegistry:
     register_process_series(registry)
     registry.register(QueueDepthCollector())
     registry.register(RetryBudgetCollector())
+    registry.register(PauseCollector())
     # The app config.celery_app built (importing it here would be a cycle: it imports
     # observability); `config` loads it in every process with Django settings.
     registry.register(DependencyCollector(current_app))
