@@ -181,6 +181,13 @@ class Job(models.Model):
                 condition=Q(status="queued"),
                 name="jobs_job_queued_published_idx",
             ),
+            # Jobs held by a pause (jobs.pause_gate.release_resumed, every scheduler
+            # tick): partial, so its size is the held set, 0 when nothing is paused.
+            models.Index(
+                fields=["enqueued_at"],
+                condition=Q(status="queued", waiting_reason="paused"),
+                name="jobs_job_paused_held_idx",
+            ),
         ]
 
     def __str__(self) -> str:

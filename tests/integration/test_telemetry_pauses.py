@@ -33,7 +33,8 @@ def test_paused_gauges_follow_the_pause_commands(platform_factory: Callable[...,
     first = scrape(web)
     assert first.get("jobs_paused", KIND) == 1
     age = first.get("jobs_paused_seconds", KIND)
-    assert age is not None and age >= 0
+    assert age is not None
+    assert age >= 0
     wait_metric(
         platform,
         lambda s: (s.get("jobs_paused_seconds", KIND) or 0) >= age + 1,
@@ -53,4 +54,5 @@ def test_paused_gauges_follow_the_pause_commands(platform_factory: Callable[...,
         platform.stack.run(["python", "manage.py", "jobs_pause", "kind", "no.such"])
     lines = caught.value.stderr.strip().splitlines()
     assert caught.value.returncode != 0
-    assert len(lines) == 1 and "no kind named 'no.such'" in lines[0], caught.value.stderr
+    assert len(lines) == 1, caught.value.stderr
+    assert "no kind named 'no.such'" in lines[0]

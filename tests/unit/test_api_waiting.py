@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from jobs.models import JobStatus
 from jobs.reasons import WaitingReason
-from tests.unit.test_waiting_now import no_reports, report_worker  # noqa: F401,F811 - a fixture
+from tests.unit.conftest import report_worker
 
 pytestmark = pytest.mark.django_db
 

@@ -7,8 +7,7 @@ concurrency and rate limits and the fuse are reserved members, not computed yet.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,35 +15,14 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from jobs import pauses, waiting, worker_reports
+from jobs import pauses, waiting
 from jobs.models import Attempt, JobStatus
 from jobs.reasons import WaitingReason
+from tests.unit.conftest import report_worker
 
 pytestmark = pytest.mark.django_db
 
 DUE = datetime(2026, 11, 30, 10, 1, 14, 500000, tzinfo=UTC)
-
-
-def report_worker(queues: list[str] | None) -> None:
-    """A live worker report listing `queues` (None: an older report without the list)."""
-    report: dict[str, Any] = {"hostname": f"w-{uuid.uuid4().hex[:6]}@box", "children": []}
-    if queues is not None:
-        report["queues"] = queues
-    worker_reports.write(report, ttl=60)
-
-
-@pytest.fixture
-def no_reports(private_broker: Any) -> Iterator[None]:
-    """No worker report in the (Redis) state store before and after the test."""
-    import redis  # noqa: PLC0415 - only this fixture
-
-    client = redis.Redis.from_url(private_broker.url)
-    for key in client.scan_iter("jobs:worker-report*"):
-        client.delete(key)
-    yield
-    for key in client.scan_iter("jobs:worker-report*"):
-        client.delete(key)
-    client.close()
 
 
 def _shown(api_client: APIClient, job: Any) -> dict[str, Any]:
