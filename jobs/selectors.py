@@ -18,6 +18,7 @@ from django.db.models import Count, Min, Q, QuerySet
 from jobs import broker, clock, ownership
 from jobs.clock import database_now  # noqa: F401 - re-exported: selectors.database_now()
 from jobs.models import Attempt, Job, JobStatus
+from jobs.reasons import WaitingReason
 from jobs.services.publish_stamps import stamp_grace_seconds
 
 logger = logging.getLogger(__name__)
@@ -191,7 +192,7 @@ class BackpressureCache:
             return cached[1]
         unpublished = Job.objects.filter(
             queue=queue, status=JobStatus.QUEUED, published_at__isnull=True
-        )
+        ).exclude(waiting_reason=WaitingReason.PAUSED)  # held by a pause: not in the way
         grace = stamp_grace_seconds()
         if broker_reachable and grace > 0:
             # Younger rows were published and wait for their batched stamp: the

@@ -185,9 +185,13 @@ class JobSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_estimated_start(self, job: Job) -> str | None:
         now = self._waiting_now(job)
-        if now is None or now.estimated_start is None:
+        estimate = now.estimated_start if now is not None else None
+        if now is None and self.context.get("live_waiting") and job.status == JobStatus.QUEUED:
+            # Simply next in its queue: the jobs ahead at the queue's recent pace.
+            estimate = waiting_now.estimated_start(job)
+        if estimate is None:
             return None
-        return serializers.DateTimeField().to_representation(now.estimated_start)
+        return serializers.DateTimeField().to_representation(estimate)
 
     def get_trace_id(self, job: Job) -> str:
         return trace_id_from(job.trace_parent)

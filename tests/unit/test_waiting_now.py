@@ -120,3 +120,36 @@ def test_waiting_now_list_shows_stored_reasons_only(
     listed = api_client.get("/api/jobs/").json()["results"]
 
     assert [(j["waiting"], j["estimated_start"]) for j in listed] == [(None, None)]
+
+
+def test_waiting_now_next_in_its_queue_has_an_estimate_only(
+    api_client: APIClient, job_factory: Callable[..., Any], no_reports: None
+) -> None:
+    # given a worker on its queue, two jobs ahead and two starts on the queue in the last minute
+    report_worker(["default"])
+    old = timezone.now() - timedelta(hours=1)
+    for _ in range(2):
+        job_factory(enqueued_at=old)
+    job = job_factory(enqueued_at=old + timedelta(seconds=1))
+    done = job_factory(status=JobStatus.SUCCEEDED)
+    for number in (1, 2):
+        Attempt.objects.create(job=done, number=number, started_at=timezone.now())
+
+    shown = _shown(api_client, job)
+
+    assert shown["waiting"] is None
+    estimate = datetime.fromisoformat(shown["estimated_start"])
+    assert timedelta(seconds=50) < estimate - timezone.now() < timedelta(seconds=70)
+
+
+def test_waiting_now_held_jobs_do_not_count_toward_backpressure(
+    job_factory: Callable[..., Any], settings: Any
+) -> None:
+    from jobs import selectors  # noqa: PLC0415 - only this test
+
+    settings.JOBS_BACKPRESSURE_OUTBOX_CACHE_SECONDS = 0
+    old = timezone.now() - timedelta(hours=1)
+    job_factory(enqueued_at=old, waiting_reason=WaitingReason.PAUSED, waiting_detail="held")
+    job_factory(enqueued_at=old)
+
+    assert selectors.BackpressureCache().outbox_count("default") == 1
