@@ -235,12 +235,13 @@ SCRAPE_TIME_SERIES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "jobs_paused": (
         "gauge",
         ("scope", "name"),
-        "1 for each paused kind (scope=kind) or queue (scope=queue); absent when not paused.",
+        "1 while the kind (scope=kind) or queue (scope=queue) is paused, else 0; every "
+        "registered kind and configured queue.",
     ),
     "jobs_paused_seconds": (
         "gauge",
         ("scope", "name"),
-        "Seconds since the kind or queue was paused (the database's clock).",
+        "Seconds since the kind or queue was paused (the database's clock); 0 while not paused.",
     ),
     # web and scheduler /metrics (observability.probes): each probes its dependencies
     # when scraped, so an outage is named by the processes that still answer.

@@ -1,7 +1,7 @@
 """jobs_paused and jobs_paused_seconds on the web's /metrics, moved by the management commands.
 
 A pause made by `manage.py jobs_pause` shows as jobs_paused{scope, name} 1 with a growing
-jobs_paused_seconds; `jobs_resume` removes both. Bad input: exit status 1 and one line.
+jobs_paused_seconds; `jobs_resume` sets both back to 0 (every kind and queue has both series). Bad input: exit status 1 and one line.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ KIND = {"scope": "kind", "name": "demo.flaky"}
 def test_paused_gauges_follow_the_pause_commands(platform_factory: Callable[..., Platform]) -> None:
     platform = platform_factory("pause_gauges", worker=False, scheduler=False)
     web = platform.url("/metrics")
-    assert scrape(web).get("jobs_paused", KIND) is None
+    assert scrape(web).get("jobs_paused", KIND) == 0
+    assert scrape(web).get("jobs_paused_seconds", KIND) == 0
 
     # when the kind is paused from the command line
     out = platform.stack.run(["python", "manage.py", "jobs_pause", "kind", "demo.flaky"]).stdout
@@ -43,11 +44,11 @@ def test_paused_gauges_follow_the_pause_commands(platform_factory: Callable[...,
         url=web,
     )
 
-    # when resumed, both series are gone
+    # when resumed, both read 0 again
     platform.stack.run(["python", "manage.py", "jobs_resume", "kind", "demo.flaky"])
     after = scrape(web)
-    assert after.get("jobs_paused", KIND) is None
-    assert after.get("jobs_paused_seconds", KIND) is None
+    assert after.get("jobs_paused", KIND) == 0
+    assert after.get("jobs_paused_seconds", KIND) == 0
 
     # and bad input is refused with one readable line and a non-zero exit status
     with pytest.raises(subprocess.CalledProcessError) as caught:

@@ -145,3 +145,23 @@ def test_pause_bad_input_is_refused(scope: str, name: str, field: str) -> None:
 def test_pause_resume_of_what_is_not_paused_is_refused() -> None:
     with pytest.raises(PauseNotFound):
         pauses.resume(scope="kind", name="demo.flaky")
+
+
+def test_pause_collector_reports_every_kind_and_queue_and_the_paused_age() -> None:
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415 - only this test
+
+    from jobs.telemetry.collectors import PauseCollector  # noqa: PLC0415 - only this test
+
+    registry = CollectorRegistry()
+    registry.register(PauseCollector())
+    kind = {"scope": "kind", "name": "demo.flaky"}
+    queue = {"scope": "queue", "name": "default"}
+    assert registry.get_sample_value("jobs_paused", kind) == 0
+    assert registry.get_sample_value("jobs_paused_seconds", queue) == 0
+
+    row, _ = pauses.pause(scope="kind", name="demo.flaky")
+    Pause.objects.filter(pk=row.pk).update(paused_at=timezone.now() - timedelta(seconds=90))
+
+    assert registry.get_sample_value("jobs_paused", kind) == 1
+    assert 89 <= registry.get_sample_value("jobs_paused_seconds", kind) <= 120
+    assert registry.get_sample_value("jobs_paused", queue) == 0
