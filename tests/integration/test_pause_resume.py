@@ -3,7 +3,7 @@ running: no new attempt starts while paused, the 3 finish, resume starts the res
 tick; nothing dead, nothing lost; cancel works while paused.
 
 Real PostgreSQL, Redis, gunicorn, a worker of 3 children and the scheduler (tick 0.1 s,
-harness.BASE_ENV). Runs about 30 s: in the slow tier.
+harness.BASE_ENV). Runs about 45 s: in the slow tier.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from tests.integration.harness import HTTP_TIMEOUT, Platform
 
 QUEUED = 500
 RUNNING = 3
+# Long enough that the 3 still run when 500 submissions and the pause are done on a loaded box.
+RUN_SECONDS = 20
 TICK = 0.1  # JOBS_SCHEDULER_INTERVAL of every integration platform
 # Resume to first start: one tick, plus a publish and a delivery on a loaded 2-core box.
 START_SLACK = TICK + 0.9
@@ -51,7 +53,8 @@ def test_pause_resume_kind_with_500_queued_and_3_running(
 
     # given 3 running jobs of demo.flaky, which keep the 3 children busy,
     running = [
-        platform.submit("demo.flaky", {"fail_times": 0, "sleep_seconds": 4}) for _ in range(RUNNING)
+        platform.submit("demo.flaky", {"fail_times": 0, "sleep_seconds": RUN_SECONDS})
+        for _ in range(RUNNING)
     ]
     wait_for(lambda: platform.job_count(status="running") == RUNNING, timeout=60, what="3 running")
     # and 500 more queued behind them
@@ -68,20 +71,31 @@ def test_pause_resume_kind_with_500_queued_and_3_running(
     )
     assert response.status_code == 201, response.text
     attempts_at_pause = platform.scalar("SELECT count(*) FROM jobs_attempt")
+    assert attempts_at_pause == RUNNING, "the 3 ended before the pause: the box is too slow"
 
     # then the 3 running finish, and no new attempt starts: every delivery goes back to
     # wait in the database, no message lingers on the broker
     for job_id in running:
-        assert platform.wait_job(job_id, timeout=60)["status"] == "succeeded"
+        assert platform.wait_job(job_id, timeout=90)["status"] == "succeeded"
+
+    seen: dict[str, object] = {}
 
     def all_held() -> bool:
-        held = platform.scalar(
+        seen["held"] = platform.scalar(
             "SELECT count(*) FROM jobs_job WHERE status = 'queued' AND published_at IS NULL"
             " AND waiting_reason = 'paused'"
         )
-        return held == QUEUED and _broker_messages(platform) == 0
+        seen["broker"] = _broker_messages(platform)
+        return seen["held"] == QUEUED and seen["broker"] == 0
 
-    wait_for(all_held, timeout=60, interval=0.2, what="500 held, broker empty")
+    try:
+        wait_for(all_held, timeout=120, interval=0.2, what="500 held, broker empty")
+    except TimeoutError as exc:
+        rows = platform.rows(
+            "SELECT status, waiting_reason, published_at IS NULL, count(*) FROM jobs_job"
+            " GROUP BY 1, 2, 3"
+        )
+        raise AssertionError(f"{exc}: {seen}, rows {rows}\n{platform.log_tails()}") from None
     assert platform.scalar("SELECT count(*) FROM jobs_attempt") == attempts_at_pause == RUNNING
     shown = platform.job(queued[0])
     assert shown["status"] == "queued"
