@@ -12,9 +12,12 @@ window's budget was found spent (the once-per-window log line). Each hash
 expires after the longest deferral plus two windows, so nothing needs
 cleaning.
 
-- `record_first(kind, now)`: attempt 1 of a job started; one pipelined
-  HINCRBY + EXPIRE (one round trip, fire-and-forget: a failure is logged at
-  DEBUG and forgotten).
+- `record_first(kind, now)`: attempt 1 of a job started; counted in this
+  process (jobs.first_tally) and written as pipelined HINCRBY + EXPIRE once
+  the oldest count has waited JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS, before
+  this process's next retry decision, or at a worker child's exit (0: one
+  round trip per first attempt). Fire-and-forget: a failure is logged at
+  DEBUG and forgotten.
 - `reserve(kind, now, due)`: the retry decision's one round trip (a Lua
   script, atomic across workers). The retry is counted in the window of its
   due time when that window has room, else in the next window with room,
@@ -49,7 +52,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import random
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +64,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from jobs.broker_transport import redis_client
+from jobs.first_tally import FirstTally
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +147,8 @@ class BudgetConfig:
     floor: int
     max_deferral: float
     key_prefix: str
+    # Seconds a first attempt's count may wait in its process (jobs.first_tally); 0: none.
+    first_flush: float = 0.0
 
     @classmethod
     def from_settings(cls) -> BudgetConfig:
@@ -150,6 +158,7 @@ class BudgetConfig:
             floor=settings.JOBS_RETRY_BUDGET_FLOOR,
             max_deferral=settings.JOBS_RETRY_BUDGET_MAX_DEFERRAL,
             key_prefix=settings.JOBS_RETRY_BUDGET_KEY_PREFIX,
+            first_flush=settings.JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS,
         )
 
     @property
@@ -216,21 +225,68 @@ def _script(client: redis.Redis) -> Any:
 
 
 def record_first(
-    kind: str, *, now: float, config: BudgetConfig | None = None, client: redis.Redis | None = None
+    kind: str,
+    *,
+    now: float,
+    config: BudgetConfig | None = None,
+    client: redis.Redis | None = None,
+    tally: FirstTally | None = None,
 ) -> bool:
     """Count a first attempt of `kind` started at `now` (epoch seconds). Returns False if Redis failed.
 
-    One pipelined round trip (HINCRBY, EXPIRE). Never raises.
+    With `config.first_flush` > 0 the count waits in `tally` (default: this
+    process's) and the pending counts are written together once the oldest
+    has waited that long (True meanwhile); else at once. One pipelined round
+    trip (HINCRBY, EXPIRE per window hash). Never raises.
     """
     config = config or BudgetConfig.from_settings()
     key = config.key(kind, int(now // config.window))
+    if config.first_flush <= 0:
+        return _write_firsts({key: 1}, config=config, client=client)
+    tally = tally or first_tally()
+    if not tally.add(key, at=time.monotonic(), flush_after=config.first_flush):
+        return True
+    return _write_firsts(tally.take(), config=config, client=client)
+
+
+def flush_firsts(
+    *,
+    config: BudgetConfig | None = None,
+    client: redis.Redis | None = None,
+    tally: FirstTally | None = None,
+) -> bool:
+    """Write the first attempts still counted in `tally` (default: this process's). Never raises.
+
+    True when there were none or they were written; False if Redis failed
+    (they are forgotten: the budget's limit stays lower, never higher).
+    """
+    counts = (tally or first_tally()).take()
+    if not counts:
+        return True
+    return _write_firsts(counts, config=config or BudgetConfig.from_settings(), client=client)
+
+
+def first_tally() -> FirstTally:
+    """This process's FirstTally (a forked child gets its own)."""
+    return _tally(os.getpid())
+
+
+@functools.cache
+def _tally(pid: int) -> FirstTally:
+    return FirstTally(pid=pid)
+
+
+def _write_firsts(
+    counts: dict[str, int], *, config: BudgetConfig, client: redis.Redis | None
+) -> bool:
     try:
         pipe = (client or budget_client()).pipeline(transaction=False)
-        pipe.hincrby(key, "f", 1)
-        pipe.expire(key, config.ttl)
+        for key, count in counts.items():
+            pipe.hincrby(key, "f", count)
+            pipe.expire(key, config.ttl)
         pipe.execute()
     except redis.RedisError as exc:
-        logger.debug("retry budget: first attempt of %s not counted: %s", kind, exc)
+        logger.debug("retry budget: %s first attempts not counted: %s", sum(counts.values()), exc)
         return False
     return True
 
@@ -244,6 +300,7 @@ def reserve(
     client: redis.Redis | None = None,
     spread: float | None = None,
     release: tuple[int, ...] = (),
+    tally: FirstTally | None = None,
 ) -> Reservation:
     """Reserve a slot for one retry of `kind` wanted at `due` (epoch seconds; `now` <= `due`).
 
@@ -251,10 +308,14 @@ def reserve(
     cannot be reached or fails, `fallback=True` with the asked due time.
     `spread` (0..1, random by default) places a deferred retry in its window.
     `release`: up to two window indices where this retry was counted before
-    (`admit`), uncounted in the same script first. Never raises.
+    (`admit`), uncounted in the same script first. First attempts still
+    counted in `tally` (default: this process's) are written before (a
+    second round trip, only when some are pending). Never raises.
     """
     config = config or BudgetConfig.from_settings()
     guard = config.window * GUARD_FRACTION
+    # This process's own first attempts count in the limit it is about to read.
+    flush_firsts(config=config, client=client, tally=tally)
     try:
         client = client or budget_client()
         granted, slot, exhausted, used, limit = _script(client)(

@@ -24,6 +24,7 @@ from django.conf import settings
 
 from config.celery_app import app
 from jobs import (
+    budget,
     child_gc,
     db_deadline,
     events,
@@ -358,6 +359,12 @@ def freeze_after_fork(**_: Any) -> None:
     run_attempt_task.collector = child_gc.ChildCollector()
     # The attempt's own queries may run long; its hard time limit bounds it.
     db_deadline.disable()
+
+
+@signals.worker_process_shutdown.connect
+def flush_first_attempt_counts(**_: Any) -> None:
+    # First attempts this child counted but has not written yet (jobs.first_tally).
+    budget.flush_firsts()
 
 
 @signals.worker_ready.connect

@@ -142,6 +142,12 @@ JOBS_RETRY_BUDGET_FLOOR: int = env.int("JOBS_RETRY_BUDGET_FLOOR", default=10)
 JOBS_RETRY_BUDGET_MAX_DEFERRAL: float = env.float("JOBS_RETRY_BUDGET_MAX_DEFERRAL", default=300.0)
 JOBS_RETRY_BUDGET_REDIS_URL: str = env.str("JOBS_RETRY_BUDGET_REDIS_URL", default="")
 JOBS_RETRY_BUDGET_REDIS_TIMEOUT: float = env.float("JOBS_RETRY_BUDGET_REDIS_TIMEOUT", default=0.25)
+# Seconds a worker child may keep first-attempt counts before writing them
+# together (jobs.first_tally; one round trip per first attempt saved); a
+# waiting count only lowers the limit. 0: every first attempt written at once.
+JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS: float = env.float(
+    "JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS", default=0.5
+)
 # Key prefix of the budget's hashes (one per kind and window).
 JOBS_RETRY_BUDGET_KEY_PREFIX: str = env.str(
     "JOBS_RETRY_BUDGET_KEY_PREFIX", default="jobs:retry-budget:"

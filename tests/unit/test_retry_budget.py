@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -17,6 +18,7 @@ from django.utils import timezone
 from devstack.services import RedisServer, free_port
 from jobs import budget, services
 from jobs.budget import BudgetConfig
+from jobs.first_tally import FirstTally
 from jobs.models import AttemptOutcome, DeadReason, Job, JobStatus
 from jobs.services import AttemptReport
 from jobs.waiting import WaitingReason
@@ -303,3 +305,43 @@ def test_a_retry_that_waited_into_a_full_window_is_held_at_its_start(
     slot = previous.finished_at.timestamp() + previous.retry_delay_seconds
     assert slot == pytest.approx(jobs[1].next_attempt_at.timestamp(), abs=0.001)
     assert budget.admit(jobs[1].kind, due=slot, now=slot) is None
+
+
+def test_budget_first_attempts_wait_in_the_process_then_are_written_together(
+    config: BudgetConfig, client: redis.Redis
+) -> None:
+    # given counts that may wait a minute in their process (jobs.first_tally)
+    waiting = dataclasses.replace(config, first_flush=60.0)
+    tally = FirstTally()
+    key = config.key("k", int(T0 // W))
+    # when 5 first attempts are counted
+    for _ in range(5):
+        assert budget.record_first("k", now=T0 + 1, config=waiting, client=client, tally=tally)
+    # then none has cost a round trip yet; the limit is lower meanwhile, never higher
+    assert client.hget(key, "f") is None
+    # and a retry decision in the same process writes them first, in its own window
+    answer = budget.reserve(
+        "k", now=T0 + 2, due=T0 + 10, config=waiting, client=client, spread=0.5, tally=tally
+    )
+    assert client.hget(key, "f") == b"5"
+    assert answer.limit == 0.2 * 5 + 3
+    assert tally.take() == {}
+
+
+def test_budget_first_attempts_are_written_once_the_oldest_waited_long_enough(
+    config: BudgetConfig, client: redis.Redis
+) -> None:
+    # given counts that may wait no time at all past the first one
+    waiting = dataclasses.replace(config, first_flush=1e-9)
+    tally = FirstTally()
+    key = config.key("k", int(T0 // W))
+    # when two first attempts are counted, one in the next window
+    budget.record_first("k", now=T0 + 1, config=waiting, client=client, tally=tally)
+    time.sleep(0.001)
+    budget.record_first("k", now=T0 + W + 1, config=waiting, client=client, tally=tally)
+    # then both are written, each to its own window's hash, with its expiry
+    assert client.hget(key, "f") == b"1"
+    assert client.hget(config.key("k", int(T0 // W) + 1), "f") == b"1"
+    assert 0 < client.ttl(key) <= config.ttl
+    # and a flush with nothing pending costs nothing and succeeds
+    assert budget.flush_firsts(config=waiting, client=client, tally=tally)
