@@ -6,7 +6,10 @@ the worker starts and py-spy samples its first child for
 `--profile-seconds` at 200 Hz (`--nonblocking`: the child is not paused).
 The summary: the functions in most samples (inclusive: anywhere on the
 stack; self: the leaf), as shares of the child's busy samples (py-spy
-skips idle ones). The raw stacks stay in the log directory for a flame
+skips idle ones), and the samples charged to the platform's own code: each
+to the innermost `jobs`/`observability`/`config` frame on its stack (so
+`record_first` holds the Redis round trip it makes; a stack without one
+is Celery's, billiard's or a library's, named by its leaf). The raw stacks stay in the log directory for a flame
 graph (flamegraph.pl or speedscope read them).
 """
 
@@ -24,6 +27,7 @@ from bench.rig import Options, Rig
 from devstack.services import wait_for
 
 TOP = 20
+PLATFORM = frozenset({"jobs", "observability", "config"})
 LOOP = "Worker.workloop (billiard/pool.py)"
 
 
@@ -31,6 +35,7 @@ def summarize(raw: Path, top: int = TOP) -> str:
     """Markdown summary of py-spy's raw output (`stack;stack;leaf count` per line)."""
     inclusive: Counter[str] = Counter()
     own: Counter[str] = Counter()
+    charged: Counter[str] = Counter()
     packages: Counter[str] = Counter()
     total = 0
     for line in raw.read_text().splitlines():
@@ -49,6 +54,8 @@ def summarize(raw: Path, top: int = TOP) -> str:
         for package in {_package(name) for name in frames}:
             packages[package] += count
         own[frames[-1]] += count
+        ours = [name for name in frames if _package(name) in PLATFORM]
+        charged[ours[-1] if ours else f"(not ours) {frames[-1]}"] += count
     if not total:
         return "py-spy recorded no samples (was the child busy?)"
     shares = ", ".join(f"{p} {100 * n / total:.0f}%" for p, n in packages.most_common(12))
@@ -61,6 +68,13 @@ def summarize(raw: Path, top: int = TOP) -> str:
         lines.append(
             f"| {100 * n_i / total:.1f}% | `{name_i}` | | {100 * n_s / total:.1f}% | `{name_s}` |"
         )
+    lines += ["", "Charged to the innermost platform frame on the stack:", ""]
+    lines += [
+        "| share | platform function (or the leaf, when none is on the stack) |",
+        "|---:|---|",
+    ]
+    for name, n in charged.most_common(top):
+        lines.append(f"| {100 * n / total:.1f}% | `{name}` |")
     return "\n".join(lines)
 
 
