@@ -1,0 +1,90 @@
+"""CPU and wall time of one attempt's path in a worker child, A/B by one setting, in one process.
+
+    .venv/bin/python -m bench.attempt_cpu JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS=0,0.5
+    .venv/bin/python -m bench.attempt_cpu --jobs 3000 --block 100 NAME=A,B
+
+Queues `--jobs` no-op `demo.flaky` jobs through the API of a platform on a
+fresh PostgreSQL database (bench.rig), stops its processes, then runs
+`jobs.runner.execute_attempt` for each job in this process, in blocks of
+`--block` attempts, the setting alternating between its two values block
+by block (A B A B ...). Prints, per value, the median CPU (process time)
+and wall time per attempt over its blocks, and the ratio B / A. No Celery,
+no pipe to a main process: the attempt path alone, which makes CPU per
+attempt a steadier figure than a drain's rate on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.p1_drain import STORM_ENV  # noqa: E402
+from bench.rig import Rig, standalone  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.attempt_cpu", description=__doc__)
+    parser.add_argument("setting", help="NAME=A,B: a Django setting and its two values")
+    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument("--block", type=int, default=100)
+    args = parser.parse_args(argv)
+    name, _, values = args.setting.partition("=")
+    pair = values.split(",")
+    if not name or len(pair) != 2 or args.block < 1 or args.jobs < 2 * args.block:
+        parser.error("give NAME=A,B, and --jobs at least two --block's worth")
+    with standalone("attempt_cpu", jobs=args.jobs) as opts:
+        rig = Rig(opts, "attempt_cpu", env=STORM_ENV)
+        rig.start_web()
+        rig.submit(args.jobs, {"kind": "demo.flaky", "payload": {"fail_times": 0}})
+        rig.stack.stop()
+        os.environ.update(rig.stack.env)
+        import django  # noqa: PLC0415 - import cost: Django is set up for the rig's database only
+
+        django.setup()
+        from django.conf import settings  # noqa: PLC0415 - after django.setup()
+
+        from jobs import runner  # noqa: PLC0415 - after django.setup()
+        from jobs.models import Job  # noqa: PLC0415 - after django.setup()
+
+        kind = type(getattr(settings, name))
+        ids = [str(i) for i in Job.objects.values_list("id", flat=True)]
+        samples: dict[str, list[tuple[float, float]]] = {value: [] for value in pair}
+        for number in range(len(ids) // args.block):
+            value = pair[number % 2]
+            setattr(settings, name, kind(value))
+            block = ids[number * args.block : (number + 1) * args.block]
+            cpu, wall = time.process_time(), time.perf_counter()
+            for job_id in block:
+                runner.execute_attempt(job_id=job_id, attempt=1, hostname="attempt-cpu")
+            samples[value].append(
+                (
+                    (time.process_time() - cpu) / len(block) * 1e3,
+                    (time.perf_counter() - wall) / len(block) * 1e3,
+                )
+            )
+        from django.db import connections  # noqa: PLC0415 - after django.setup()
+
+        connections.close_all()  # before the rig drops its database
+    medians = {
+        value: (statistics.median(c for c, _ in runs), statistics.median(w for _, w in runs))
+        for value, runs in samples.items()
+    }
+    for value, (cpu_ms, wall_ms) in medians.items():
+        print(
+            f"{name}={value}: CPU {cpu_ms:.3f} ms, wall {wall_ms:.3f} ms per attempt "
+            f"(median of {len(samples[value])} blocks of {args.block})"
+        )
+    (cpu_a, wall_a), (cpu_b, wall_b) = medians[pair[0]], medians[pair[1]]
+    print(f"B / A: CPU {cpu_b / cpu_a:.3f}, wall {wall_b / wall_a:.3f}; load {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
