@@ -164,13 +164,18 @@ def check_memory_limits(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
 
 @register()
 def check_retry_budget(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
-    """JOBS_RETRY_BUDGET_*: window and Redis timeout > 0 s; ratio, floor, max deferral >= 0."""
+    """JOBS_RETRY_BUDGET_*: window and Redis timeout > 0 s; ratio, floor, max deferral, first flush >= 0."""
     rules = [
         ("JOBS_RETRY_BUDGET_WINDOW", settings.JOBS_RETRY_BUDGET_WINDOW, True),
         ("JOBS_RETRY_BUDGET_REDIS_TIMEOUT", settings.JOBS_RETRY_BUDGET_REDIS_TIMEOUT, True),
         ("JOBS_RETRY_BUDGET_RATIO", settings.JOBS_RETRY_BUDGET_RATIO, False),
         ("JOBS_RETRY_BUDGET_FLOOR", settings.JOBS_RETRY_BUDGET_FLOOR, False),
         ("JOBS_RETRY_BUDGET_MAX_DEFERRAL", settings.JOBS_RETRY_BUDGET_MAX_DEFERRAL, False),
+        (
+            "JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS",
+            settings.JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS,
+            False,
+        ),
     ]
     return [
         Error(
