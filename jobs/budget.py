@@ -14,9 +14,9 @@ cleaning.
 
 - `record_first(kind, now)`: attempt 1 of a job started; counted in this
   process (jobs.first_tally) and written as pipelined HINCRBY + EXPIRE once
-  the oldest count has waited JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS, before
-  this process's next retry decision, or at a worker child's exit (0: one
-  round trip per first attempt). Fire-and-forget: a failure is logged at
+  the oldest count has waited JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS, or at
+  a worker child's exit (0: one round trip per first attempt). Until then
+  the window's limit is lower, never higher. Fire-and-forget: a failure is logged at
   DEBUG and forgotten.
 - `reserve(kind, now, due)`: the retry decision's one round trip (a Lua
   script, atomic across workers). The retry is counted in the window of its
@@ -300,7 +300,6 @@ def reserve(
     client: redis.Redis | None = None,
     spread: float | None = None,
     release: tuple[int, ...] = (),
-    tally: FirstTally | None = None,
 ) -> Reservation:
     """Reserve a slot for one retry of `kind` wanted at `due` (epoch seconds; `now` <= `due`).
 
@@ -309,13 +308,12 @@ def reserve(
     `spread` (0..1, random by default) places a deferred retry in its window.
     `release`: up to two window indices where this retry was counted before
     (`admit`), uncounted in the same script first. First attempts still
-    counted in `tally` (default: this process's) are written before (a
-    second round trip, only when some are pending). Never raises.
+    waiting in a process's tally (jobs.first_tally) are not in the limit
+    yet: it is lower for at most JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS,
+    never higher. Never raises.
     """
     config = config or BudgetConfig.from_settings()
     guard = config.window * GUARD_FRACTION
-    # This process's own first attempts count in the limit it is about to read.
-    flush_firsts(config=config, client=client, tally=tally)
     try:
         client = client or budget_client()
         granted, slot, exhausted, used, limit = _script(client)(

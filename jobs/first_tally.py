@@ -2,9 +2,8 @@
 
 jobs.budget.record_first adds each first attempt here and writes the
 pending counts in one pipelined round trip once the oldest has waited
-`flush_after` seconds (JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS); a retry
-decision in the same process (jobs.budget.reserve) and a worker child's
-exit write them first. A count that waits is a first attempt the budget
+`flush_after` seconds (JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS), and a
+worker child's exit writes what is left. A count that waits is a first attempt the budget
 has not seen yet: the limit is briefly lower, never higher, so the budget
 stays a guarantee (docs/performance.md, "The retry budget's first attempts").
 """

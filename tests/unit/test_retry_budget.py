@@ -197,6 +197,9 @@ def test_attempt_finish_over_budget_defers_then_dead_budget(
     settings.JOBS_RETRY_BUDGET_FLOOR = 1
     settings.JOBS_RETRY_BUDGET_WINDOW = window
     settings.JOBS_RETRY_BUDGET_MAX_DEFERRAL = window
+    # (each first attempt written at its commit, not after a wait in this process:
+    # test_budget_first_attempts_wait_in_the_process_until_flushed has the wait)
+    settings.JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS = 0.0
     jobs = [job_factory() for _ in range(3)]
     failed = AttemptReport(
         outcome=AttemptOutcome.ERROR, error_type="RetryableError", error_message="x"
@@ -307,7 +310,7 @@ def test_a_retry_that_waited_into_a_full_window_is_held_at_its_start(
     assert budget.admit(jobs[1].kind, due=slot, now=slot) is None
 
 
-def test_budget_first_attempts_wait_in_the_process_then_are_written_together(
+def test_budget_first_attempts_wait_in_the_process_until_flushed(
     config: BudgetConfig, client: redis.Redis
 ) -> None:
     # given counts that may wait a minute in their process (jobs.first_tally)
@@ -317,14 +320,13 @@ def test_budget_first_attempts_wait_in_the_process_then_are_written_together(
     # when 5 first attempts are counted
     for _ in range(5):
         assert budget.record_first("k", now=T0 + 1, config=waiting, client=client, tally=tally)
-    # then none has cost a round trip yet; the limit is lower meanwhile, never higher
+    # then none has cost a round trip yet: a decision meanwhile sees a lower limit, never higher
     assert client.hget(key, "f") is None
-    # and a retry decision in the same process writes them first, in its own window
-    answer = budget.reserve(
-        "k", now=T0 + 2, due=T0 + 10, config=waiting, client=client, spread=0.5, tally=tally
-    )
+    answer = budget.reserve("k", now=T0 + 2, due=T0 + 10, config=waiting, client=client, spread=0.5)
+    assert answer.limit == 3
+    # and a flush (a child's exit) writes them, in their own window
+    assert budget.flush_firsts(config=waiting, client=client, tally=tally)
     assert client.hget(key, "f") == b"5"
-    assert answer.limit == 0.2 * 5 + 3
     assert tally.take() == {}
 
 
