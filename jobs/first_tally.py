@@ -5,7 +5,7 @@ pending counts in one pipelined round trip once the oldest has waited
 `flush_after` seconds (JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS), and a
 worker child's exit writes what is left. A count that waits is a first attempt the budget
 has not seen yet: the limit is briefly lower, never higher, so the budget
-stays a guarantee (docs/performance.md, "The retry budget's first attempts").
+stays a guarantee (docs/profiles/p1-child-2026-12-04.md has the measurements).
 """
 
 from __future__ import annotations
