@@ -1,10 +1,12 @@
 """First attempts counted in one process, waiting to be written to the retry budget together.
 
-jobs.budget.record_first adds each first attempt here and writes the
-pending counts in one pipelined round trip once the oldest has waited
-`flush_after` seconds (JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS), and a
-worker child's exit writes what is left. A count that waits is a first attempt the budget
-has not seen yet: the limit is briefly lower, never higher, so the budget
+jobs.budget.record_first adds each first attempt here and, at the first
+attempt that finds the oldest pending count `flush_after` seconds old
+(JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS), writes them all in one pipelined
+round trip; a worker child's exit writes what is left. A child that goes
+idle keeps what it counted in its last `flush_after` seconds until its
+next first attempt or its exit. A count that waits is a first attempt the
+budget has not seen yet: the limit is lower, never higher, so the budget
 stays a guarantee (docs/profiles/p1-child-2026-12-04.md has the measurements).
 """
 
