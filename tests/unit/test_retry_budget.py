@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 import redis
+from celery import signals
 from django.utils import timezone
 
 from devstack.services import RedisServer, free_port
-from jobs import budget, services
+from jobs import budget, services, tasks
 from jobs.budget import BudgetConfig
 from jobs.first_tally import FirstTally
 from jobs.models import AttemptOutcome, DeadReason, Job, JobStatus
@@ -347,3 +348,22 @@ def test_budget_first_attempts_are_written_once_the_oldest_waited_long_enough(
     assert 0 < client.ttl(key) <= config.ttl
     # and a flush with nothing pending costs nothing and succeeds
     assert budget.flush_firsts(config=waiting, client=client, tally=tally)
+
+
+def test_budget_first_attempts_left_waiting_are_written_when_the_child_exits(
+    settings: Any, client: redis.Redis
+) -> None:
+    # given first attempts waiting in this process's tally (the budget on the broker's Redis)
+    settings.JOBS_RETRY_BUDGET_FIRST_FLUSH_SECONDS = 60.0
+    config = BudgetConfig.from_settings()
+    budget.first_tally().take()
+    for _ in range(3):
+        budget.record_first("k", now=T0 + 1, config=config)
+    key = config.key("k", int(T0 // W))
+    assert client.hget(key, "f") is None
+    # when the worker child exits (the receiver Celery's worker_process_shutdown calls)
+    receivers = [r[1]() for r in signals.worker_process_shutdown.receivers]
+    assert tasks.flush_first_attempt_counts in receivers
+    tasks.flush_first_attempt_counts()
+    # then they are written
+    assert client.hget(key, "f") == b"3"
