@@ -4,10 +4,13 @@
 attempt's supervisor (jobs.supervisor) asks `requested(job_id)` every tick.
 
 - PostgreSQL store: the cancelled job row is the request; nothing is sent.
-  A poller thread in the worker child reads the watched job's status every
-  JOBS_CANCEL_POLL_SECONDS on its own connection, so a slow or unreachable
-  database never delays the supervisor's deadlines. A cancel stops a
-  cooperative attempt on any host within that interval plus a tick.
+  The worker's main process (CancelRelay, a thread of its own with its own
+  connection) reads every JOBS_CANCEL_POLL_SECONDS which of its children's
+  jobs are cancelled and leaves a flag file for each on this host; the
+  child's supervisor looks for its job's file (CancelPoller), so a child
+  keeps one database connection and a slow database never delays the
+  supervisor's deadlines. A cancel stops a cooperative attempt on any host
+  within that interval plus a tick.
 - Redis store: a key `jobs:cancel:<job id>` on the broker's Redis with a
   time-to-live of JOBS_CANCEL_TTL seconds, read by the supervisor.
 """
@@ -15,22 +18,22 @@ attempt's supervisor (jobs.supervisor) asks `requested(job_id)` every tick.
 from __future__ import annotations
 
 import logging
-import os
 import threading
-import time
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 
 from django.conf import settings
-from django.db import Error, connection
+from django.db import Error
 
-from jobs import state_store
+from jobs import fork_gate, state_store
+from jobs.db import close_connections
+from jobs.host_dirs import spool_dir
 from jobs.models import Job, JobStatus
 
 logger = logging.getLogger(__name__)
 
-POLLER_THREAD_NAME = "jobs-cancel-poll"
-# The poller stops reading once nobody asked about a job for this long (s).
-IDLE_SECONDS = 2.0
+RELAY_THREAD_NAME = "jobs-cancel-relay"
 
 
 def cancel_key(job_id: object) -> str:
@@ -52,54 +55,88 @@ def cancel_request(job_id: uuid.UUID | str) -> None:
     broker_client().set(cancel_key(job_id), "1", ex=settings.JOBS_CANCEL_TTL)
 
 
-class CancelPoller:
-    """Reads, in a thread of its own, whether the job last asked about was cancelled (PostgreSQL store)."""
+def flag_dir() -> Path:
+    """This host's directory of cancellation flags (PostgreSQL store): one empty file per job.
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._job: str | None = None
-        self._asked_at = 0.0
-        self._cancelled: str | None = None
-        self._thread: threading.Thread | None = None
-        self._pid = 0
+    Beside the outcome spool (jobs.services.outcomes.spool_dir), so platforms
+    that share a host but not a database never see each other's flags.
+    """
+    return spool_dir().parent / f"{spool_dir().name}-cancel"
+
+
+class CancelPoller:
+    """Whether the job asked about was cancelled, from this host's flag files (PostgreSQL store).
+
+    The worker's main process reads the database for every child (CancelRelay)
+    and leaves a flag file per cancelled job; a child only looks for its
+    job's file, so it keeps its one database connection (none for polling).
+    """
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self._directory = directory
 
     def requested(self, job_id: object) -> bool:
-        """Whether job `job_id` was seen cancelled; never blocks, never raises."""
-        job = str(job_id)
-        with self._lock:
-            self._job, self._asked_at = job, time.monotonic()
-            cancelled = self._cancelled == job
-        self._ensure_thread()
-        return cancelled
-
-    def poll_once(self) -> None:
-        """One read of the asked job's status (the thread's loop body; tests call it)."""
-        with self._lock:
-            job, fresh = self._job, time.monotonic() - self._asked_at < IDLE_SECONDS
-            done = self._cancelled == job
-        if job is None or not fresh or done:
-            return
+        """Whether job `job_id`'s flag file exists; never blocks on the database, never raises."""
         try:
-            cancelled = Job.objects.filter(id=job, status=JobStatus.CANCELLED).exists()
+            return (self._directory or flag_dir()).joinpath(str(job_id)).exists()
+        except (OSError, ValueError):
+            return False
+
+
+class CancelRelay:
+    """The worker main process's reader of cancellations for the attempts its children run.
+
+    Every JOBS_CANCEL_POLL_SECONDS: the job ids of the requests the pool has
+    accepted (`active`, a callable), one primary-key read of which are
+    cancelled, a flag file for each (CancelPoller reads it) and the flags
+    of jobs no longer running here removed. One connection per worker, its
+    own thread's; a cancel reaches a cooperative attempt on any host within
+    that interval plus a supervisor tick.
+    """
+
+    def __init__(self, active: Callable[[], set[str]], directory: Path | None = None) -> None:
+        self._active = active
+        self._directory = directory
+
+    def relay_once(self) -> int:
+        """One pass; returns how many flags exist after it. Never raises."""
+        directory = self._directory or flag_dir()
+        running = self._active()
+        try:
+            cancelled = (
+                {
+                    str(job)
+                    for job in Job.objects.filter(
+                        id__in=running, status=JobStatus.CANCELLED
+                    ).values_list("id", flat=True)
+                }
+                if running
+                else set()
+            )
         except (Error, ValueError) as exc:  # Error: any database error; ValueError: not a job id
-            logger.debug("cancellation not read for job_id=%s: %s", job, exc)
-            connection.close()
-            return
-        if cancelled:
-            with self._lock:
-                self._cancelled = job
+            logger.debug("cancellations not read: %s", exc)
+            close_connections()
+            return 0
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            for job in cancelled:
+                directory.joinpath(job).touch()
+            for flag in directory.iterdir():
+                if flag.name not in running:
+                    flag.unlink(missing_ok=True)
+        except OSError as exc:
+            logger.warning("cancellation flags not written in %s: %s", directory, exc)
+        return len(cancelled)
 
-    def _ensure_thread(self) -> None:
-        if self._thread is not None and self._thread.is_alive() and self._pid == os.getpid():
-            return
-        self._pid = os.getpid()
-        self._thread = threading.Thread(target=self._loop, name=POLLER_THREAD_NAME, daemon=True)
-        self._thread.start()
+    def start(self, stop: threading.Event | None = None) -> threading.Thread:
+        """Run relay_once every JOBS_CANCEL_POLL_SECONDS in a daemon thread; `stop` ends it."""
+        stop = stop or threading.Event()
 
-    def _loop(self) -> None:
-        while True:
-            time.sleep(settings.JOBS_CANCEL_POLL_SECONDS)
-            try:
-                self.poll_once()
-            except Exception:  # the poller must outlive any one read
-                logger.exception("cancellation poll failed")
+        def loop() -> None:
+            while not stop.wait(settings.JOBS_CANCEL_POLL_SECONDS):
+                # This process forks pool children: a fork waits for the pass.
+                with fork_gate.section("cancellation relay"):
+                    self.relay_once()
+            close_connections()
+
+        return fork_gate.start_thread(loop, name=RELAY_THREAD_NAME)

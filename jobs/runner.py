@@ -23,7 +23,6 @@ from django.db import DatabaseError, DataError
 from opentelemetry import trace
 
 from jobs import child_retire, engine, events, memory_guard, redaction, services, state_store
-from jobs.cancellation import POLLER_THREAD_NAME
 from jobs.child_gc import ChildCollector
 from jobs.db import is_unavailable, run_with_reconnect
 from jobs.engine.values import (
@@ -205,9 +204,7 @@ def leak_tracker() -> LeakTracker:
         rss_threshold_bytes=settings.JOBS_LEAK_RSS_THRESHOLD_BYTES,
         consecutive=settings.JOBS_LEAK_RSS_CONSECUTIVE,
         # The platform's own threads of a child, started by its first attempt.
-        ignore=frozenset(
-            {SUPERVISOR_THREAD_NAME, POLLER_THREAD_NAME, memory_guard.WATCHDOG_THREAD_NAME}
-        ),
+        ignore=frozenset({SUPERVISOR_THREAD_NAME, memory_guard.WATCHDOG_THREAD_NAME}),
     )
 
 

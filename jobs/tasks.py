@@ -18,6 +18,7 @@ from billiard.exceptions import WorkerLostError
 from celery import Task, signals
 from celery.exceptions import TimeLimitExceeded
 from celery.utils.saferepr import saferepr
+from celery.worker import state as worker_state
 from celery.worker.request import Request
 from celery.worker.state import task_ready
 from django.conf import settings
@@ -30,11 +31,13 @@ from jobs import (
     runner,
     services,
     spool_drainer,
+    state_store,
     task_names,
     task_states,
     worker_shutdown,  # noqa: F401 - a second SIGTERM is a cold shutdown
 )
 from jobs.attempt_errors import AttemptError, error_class
+from jobs.cancellation import CancelRelay
 from jobs.db import run_with_reconnect
 from jobs.memory_guard import MEMORY_LIMIT_EXIT_CODE
 from jobs.models import AttemptOutcome, Job, JobStatus
@@ -360,10 +363,18 @@ def freeze_after_fork(**_: Any) -> None:
     db_deadline.disable()
 
 
+def _running_job_ids() -> set[str]:
+    """Job ids of the attempts this worker's pool runs now (task ids are "<job id>:<attempt>")."""
+    return {request.id.partition(":")[0] for request in list(worker_state.active_requests)}
+
+
 @signals.worker_ready.connect
 def start_outcome_spool_drainer(**_: Any) -> None:
     # Outcomes this host kept on disk while the database was away (jobs.spool_drainer).
     spool_drainer.start()
+    if state_store.uses_postgres():
+        # Cancellations of the attempts this pool runs, as flag files (jobs.cancellation).
+        CancelRelay(active=_running_job_ids).start()
     # The main process's own writes (hard limits, lost children) must not
     # hang its event loop on a silent database (jobs.db_deadline); children
     # forked from now on turn it off again at their start.

@@ -24,7 +24,6 @@ fields without the exception}.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -33,12 +32,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError
 
 from jobs.broker import broker_client
 from jobs.db import is_unavailable
 from jobs.engine.values import AttemptReport
+from jobs.host_dirs import spool_dir
 from jobs.models import AttemptOutcome
 from jobs.services.attempt_finish import attempt_finish
 
@@ -54,21 +53,6 @@ def _entry(
     fields.pop("exception", None)
     entry = {"job_id": str(job_id), "attempt": attempt, "rss_bytes": rss_bytes, "report": fields}
     return json.dumps(entry, default=str)
-
-
-def spool_dir() -> Path:
-    """This database's outcome spool directory on this host.
-
-    JOBS_OUTCOME_SPOOL_DIR when set; else var/outcomes/<12 hex digits of
-    the database's identity> under the project, so platforms that share a
-    host but not a database never write each other's outcomes.
-    """
-    if settings.JOBS_OUTCOME_SPOOL_DIR:
-        return Path(settings.JOBS_OUTCOME_SPOOL_DIR)
-    db = settings.DATABASES["default"]
-    identity = f"{db.get('ENGINE')}|{db.get('HOST')}|{db.get('PORT')}|{db.get('NAME')}"
-    digest = hashlib.sha256(identity.encode()).hexdigest()[:12]
-    return Path(settings.BASE_DIR) / "var" / "outcomes" / digest
 
 
 def outcome_spool_local(
