@@ -61,6 +61,17 @@ def parse_age(name: str, text: str) -> timedelta | None:
     return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
 
 
+def format_age(age: timedelta | None) -> str:
+    """`age` in parse_age's form, in its largest whole unit ("7d", "36h"); "off" for None."""
+    if age is None:
+        return OFF
+    seconds = age.total_seconds()
+    for unit in ("d", "h", "m"):
+        if seconds % _UNITS[unit] == 0:
+            return f"{seconds / _UNITS[unit]:g}{unit}"
+    return f"{seconds:g}s"
+
+
 @dataclass(frozen=True)
 class Retention:
     """How long each terminal status is kept (None: forever), and how a prune paces itself.

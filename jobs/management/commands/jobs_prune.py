@@ -88,6 +88,6 @@ class Command(BaseCommand):
             return
         for status, (jobs, attempts) in counts.items():
             age = config.ages.get(status)
-            kept = "kept forever" if age is None else f"older than {age}"
+            kept = "kept forever" if age is None else f"older than {retention.format_age(age)}"
             self.stdout.write(f"{status} ({kept}): {jobs:,} jobs, {attempts:,} attempts would go")
         self.stdout.write("dry run: nothing deleted")
