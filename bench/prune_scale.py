@@ -75,7 +75,7 @@ CROSS JOIN LATERAL (
     SELECT
         CASE WHEN g % 20 < 17 THEN 'succeeded' WHEN g % 20 < 19 THEN 'dead'
              ELSE 'cancelled' END AS status,
-        now() - interval '40 days' - ((g * 7919) % {jobs}) * (interval '360 days' / {jobs})
+        now() - interval '40 days' - ((g::bigint * 7919) % {jobs}) * (interval '360 days' / {jobs})
             AS created
 ) AS s
 """
@@ -98,7 +98,7 @@ FROM generate_series(1, {jobs}) AS g
 CROSS JOIN generate_series(1, 3) AS n
 CROSS JOIN LATERAL (
     SELECT
-        now() - interval '40 days' - ((g * 7919) % {jobs}) * (interval '360 days' / {jobs})
+        now() - interval '40 days' - ((g::bigint * 7919) % {jobs}) * (interval '360 days' / {jobs})
             + (n - 1) * interval '2 s' AS started,
         CASE WHEN n = 3 AND g % 20 < 17 THEN 'succeeded' ELSE 'error' END AS outcome
 ) AS a
