@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -89,7 +89,9 @@ class Retention:
     def from_settings(cls) -> Retention:
         """The configured retention; raises RetentionError (one line) on a bad value."""
         names = {status: f"JOBS_PRUNE_{status.upper()}_AFTER" for status in PRUNED_STATUSES}
-        ages = {status: parse_age(name, getattr(settings, name)) for status, name in names.items()}
+        ages: dict[str, timedelta | None] = {
+            status: parse_age(name, getattr(settings, name)) for status, name in names.items()
+        }
         keyed = parse_age("JOBS_PRUNE_KEYED_AFTER", settings.JOBS_PRUNE_KEYED_AFTER)
         batch, pause = settings.JOBS_PRUNE_BATCH, settings.JOBS_PRUNE_PAUSE_SECONDS
         if not 1 <= batch <= MAX_BATCH:
@@ -165,7 +167,7 @@ def preview(*, retention: Retention, now: datetime | None = None) -> dict[str, t
     return counts
 
 
-def _delete_rows(model: type[Model], column: str, ids: list[object]) -> int:
+def _delete_rows(model: type[Model], column: str, ids: Sequence[object]) -> int:
     """DELETE rows of `model` whose `column` is one of the job `ids`; returns how many.
 
     One statement, no rows fetched: QuerySet.delete() would load every Job
@@ -216,7 +218,7 @@ def prune(
     retention: Retention,
     now: datetime | None = None,
     should_stop: Callable[[], bool] = lambda: False,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], object] = time.sleep,
 ) -> PruneResult:
     """Delete every prunable job (see module docstring), batch by batch; returns the counts.
 
