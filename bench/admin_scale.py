@@ -48,7 +48,8 @@ INSERT INTO jobs_job (
     id, kind, queue, priority, payload, status, attempts_made, max_attempts, idempotency_key,
     request_fingerprint, created_at, enqueued_at, published_at, started_at, finished_at,
     next_attempt_at, lease_expires_at, deliveries, worker_losses, trace_parent, result,
-    last_error, dead_reason, created_by_id)
+    last_error, dead_reason, waiting_reason, waiting_detail, progress_message, publish_claimed_by,
+    created_by_id)
 SELECT
     md5('job' || g)::uuid,
     k.kind,
@@ -80,6 +81,7 @@ SELECT
     CASE WHEN g % 5 > 0 OR s.status IN ('dead', 'retrying') THEN k.error ELSE '' END,
     CASE WHEN s.status = 'dead' THEN (CASE WHEN g % 5 = 4 THEN 'exhausted' ELSE 'error' END)
          ELSE '' END,
+    '', '', '', '',
     NULL
 FROM (
     SELECT g, random() AS r_kind, random() AS r_status, random() AS r_time
@@ -90,9 +92,9 @@ CROSS JOIN LATERAL (
         CASE WHEN r.r_status < 0.85 THEN 'succeeded' WHEN r.r_status < 0.93 THEN 'dead'
              WHEN r.r_status < 0.95 THEN 'cancelled' WHEN r.r_status < 0.97 THEN 'retrying'
              WHEN r.r_status < 0.99 THEN 'queued' ELSE 'running' END AS status,
-        -- 1 job in 30 in the last hour (a burst), the rest over 30 days.
+        -- 1 job in 30 in the last hour (a burst), the rest over {days} days.
         CASE WHEN r.g % 30 = 0 THEN now() - r.r_time * interval '1 hour'
-             ELSE now() - interval '1 hour' - r.r_time * interval '30 days' END AS created
+             ELSE now() - interval '1 hour' - r.r_time * interval '{days} days' END AS created
 ) AS s
 CROSS JOIN LATERAL (
     SELECT
@@ -143,12 +145,12 @@ CROSS JOIN LATERAL (
 """
 
 
-def load(connection: Any, jobs: int) -> float:
-    """Fill jobs_job and jobs_attempt; returns seconds taken."""
+def load(connection: Any, jobs: int, *, days: float = 30) -> float:
+    """Fill jobs_job and jobs_attempt (jobs created over the last `days`); returns seconds taken."""
     started = time.perf_counter()
     with connection.cursor() as cursor:
         cursor.execute("SELECT setseed(0.42)")
-        cursor.execute(JOBS_SQL.replace("{jobs}", str(int(jobs))))
+        cursor.execute(JOBS_SQL.replace("{jobs}", str(int(jobs))).replace("{days}", f"{days:g}"))
         cursor.execute(ATTEMPTS_SQL)
         cursor.execute("ANALYZE jobs_job")
         cursor.execute("ANALYZE jobs_attempt")

@@ -40,6 +40,9 @@ check (config.startup); `python manage.py check` lists them all.
 - jobs.E030: JOBS_STATE_STORE names a store that cannot work here (unknown,
   postgres on another database, redis with a broker that is not Redis):
   jobs.state_store.problem.
+- jobs.E040: a JOBS_PRUNE_* setting retention cannot work with (an age that
+  is not a positive number with a unit or "off", a batch outside
+  1..MAX_BATCH, a pause outside 0..60 s): jobs.retention.problems.
 - jobs.W001: JOBS_KIND_OVERRIDES names a kind that is not registered (a
   typo, or a fault kind while JOBS_FAULT_KINDS is off).
 """
@@ -51,7 +54,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
-from jobs import state_store
+from jobs import retention, state_store
 from jobs.kinds import get_kind, kind_names, policy_for
 from jobs.kinds.registry import duplicate_kinds
 from jobs.memory_guard import attempt_limits
@@ -312,3 +315,9 @@ def check_broker(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+@register()
+def check_retention(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    """The JOBS_PRUNE_* settings are ages, a batch size and a pause retention can use."""
+    return [Error(problem, id="jobs.E040") for problem in retention.problems()]

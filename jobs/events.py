@@ -22,6 +22,9 @@ import metrics. Every signal is sent with `sender=Job` and keyword arguments:
 - memory_limit_hit(kind, queue, limit)    limit: a jobs.reasons.Limit (jobs.memory_guard, worker child)
 - child_recycling(hostname, reason)       this worker child is about to be replaced
                                           (reason: a RecycleReason)
+- jobs_pruned(status, table, rows)        a retention batch deleted `rows` rows of `table`
+                                          (jobs_job, jobs_attempt) of jobs in `status`
+                                          (jobs.retention), after it committed
 """
 
 from django.dispatch import Signal
@@ -40,3 +43,4 @@ leak_suspected = Signal()
 message_lost = Signal()
 memory_limit_hit = Signal()
 child_recycling = Signal()
+jobs_pruned = Signal()

@@ -217,6 +217,12 @@ jobs_leak_suspected_total = Counter(
     "Attempts that left resources behind (resource: threads, memory).",
     ("kind", "resource"),
 )
+jobs_pruned_total = Counter(
+    "jobs_pruned",
+    "Rows deleted by retention (manage.py jobs_prune, kind jobs.prune), by the status of "
+    "their job and table (jobs_job, jobs_attempt).",
+    ("status", "table"),
+)
 
 # --- computed at scrape time (observability.collectors, jobs.telemetry.collectors) ---
 # Read from shared state when scraped, so they are right in every process

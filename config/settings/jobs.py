@@ -289,3 +289,16 @@ JOBS_ADMIN_ACTION_MAX: int = env.int("JOBS_ADMIN_ACTION_MAX", default=50_000)
 # worker's main process writes its children's RSS and recycles to Redis
 # every INTERVAL seconds (0 turns it off); a report expires after 3 intervals.
 JOBS_WORKER_REPORT_INTERVAL: float = env.float("JOBS_WORKER_REPORT_INTERVAL", default=5.0)
+# Retention (jobs.retention, docs/retention.md): terminal jobs older than these
+# ages (since they finished) are deleted with their attempts and History by
+# `manage.py jobs_prune` or the `jobs.prune` kind. An age is a number and a unit
+# (s, m, h, d, w: "7d", "36h"), or "off" to keep that status forever. A job with
+# an idempotency key is kept at least KEYED_AFTER, so its key still refuses a
+# duplicate for that long. One batch deletes at most BATCH jobs in its own short
+# transaction; PAUSE seconds pass between batches (jobs.E040 refuses nonsense).
+JOBS_PRUNE_SUCCEEDED_AFTER: str = env.str("JOBS_PRUNE_SUCCEEDED_AFTER", default="7d")
+JOBS_PRUNE_CANCELLED_AFTER: str = env.str("JOBS_PRUNE_CANCELLED_AFTER", default="14d")
+JOBS_PRUNE_DEAD_AFTER: str = env.str("JOBS_PRUNE_DEAD_AFTER", default="30d")
+JOBS_PRUNE_KEYED_AFTER: str = env.str("JOBS_PRUNE_KEYED_AFTER", default="7d")
+JOBS_PRUNE_BATCH: int = env.int("JOBS_PRUNE_BATCH", default=500)
+JOBS_PRUNE_PAUSE_SECONDS: float = env.float("JOBS_PRUNE_PAUSE_SECONDS", default=0.05)

@@ -10,6 +10,7 @@ from jobs.kinds import (  # noqa: F401 - importing a kind registers it
     flaky,
     leaky,
     memory_hog,
+    prune,
     storm,
     webhook,
 )

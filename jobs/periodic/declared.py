@@ -28,7 +28,19 @@ logger = logging.getLogger(__name__)
 
 # The platform's own schedules, declared by the modules that own them (e.g. the
 # prune command's kind adds `"jobs.prune": {"kind": "jobs.prune", "cron": "17 3 * * *"}`).
-DEFAULT_SCHEDULES: dict[str, dict[str, Any]] = {}
+# Shipped with the platform; JOBS_SCHEDULES may move or disable them
+# (e.g. '{"jobs.prune": {"enabled": false}}').
+DEFAULT_SCHEDULES: dict[str, dict[str, Any]] = {
+    # Retention (jobs.retention, docs/retention.md): hourly, never two at once,
+    # a missed hour skipped (the next run prunes what it would have).
+    "jobs.prune": {
+        "kind": "jobs.prune",
+        "payload": {},
+        "cron": "17 * * * *",
+        "missed": "skip",
+        "overlap": "skip",
+    },
+}
 
 SPEC_KEYS = frozenset(
     {

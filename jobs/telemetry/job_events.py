@@ -154,3 +154,8 @@ def on_attempt_finished_progress(job: Job, **_: Any) -> None:
     # Only a series this process wrote: 0 again, so the gauge shows running attempts alone.
     if (job.kind, job.queue) in m.jobs_attempt_progress_ratio._metrics:
         m.jobs_attempt_progress_ratio.labels(job.kind, job.queue).set(0)
+
+
+@receiver(events.jobs_pruned)
+def on_jobs_pruned(status: str, table: str, rows: int, **_: Any) -> None:
+    m.jobs_pruned_total.labels(status, table).inc(rows)

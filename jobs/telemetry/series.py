@@ -15,6 +15,7 @@ from jobs.decisions import RETRYABLE_OUTCOMES
 from jobs.kinds.registry import kind_names
 from jobs.models import AttemptOutcome, DeadReason
 from jobs.reasons import DropReason, LeakResource, Limit, RecycleReason, RejectReason
+from jobs.retention import PRUNED_STATUSES, PRUNED_TABLES
 from observability import metrics as m
 from observability.task_events import host_of
 
@@ -59,6 +60,9 @@ def initialize(role: str, *, hostname: str | None = None) -> None:
                 m.jobs_memory_limits_hit_total.labels(kind, queue, limit)
     for rejected in RejectReason:
         m.jobs_rejected_total.labels(m.UNKNOWN, m.UNKNOWN, rejected)
+    for status in PRUNED_STATUSES:
+        for table in PRUNED_TABLES:
+            m.jobs_pruned_total.labels(status, table)
     for kind in kinds:
         m.jobs_attempt_rss_growth_bytes.labels(kind)
         for resource in LeakResource:

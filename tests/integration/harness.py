@@ -59,6 +59,9 @@ BASE_ENV = {
     # A retry budget that never refuses (floor of a million retries per window):
     # tests of other things retry freely; budget tests set their own.
     "JOBS_RETRY_BUDGET_FLOOR": "1000000",
+    # The shipped hourly prune schedule off: a test that counts its jobs must
+    # not meet a prune job at minute 17 (the periodic and prune tests set theirs).
+    "JOBS_SCHEDULES": '{"jobs.prune": {"enabled": false}}',
     # API rate limits far above what tests send (the fuzzers and concurrency
     # tests send hundreds of requests a second from one token and address, and
     # schemathesis sends malformed Authorization headers, which count as failed

@@ -14,7 +14,11 @@ from jobs.periodic.declared import schedules_sync
 pytestmark = pytest.mark.django_db
 
 
-def test_schedules_sync_creates_updates_and_disables_code_rows(settings: Any) -> None:
+def test_schedules_sync_creates_updates_and_disables_code_rows(
+    settings: Any, monkeypatch: Any
+) -> None:
+    # settings' schedules alone (the shipped defaults are the next test's)
+    monkeypatch.setattr(declared, "DEFAULT_SCHEDULES", {})
     settings.JOBS_SCHEDULES = {
         "nightly": {"kind": "demo.flaky", "cron": "0 3 * * *", "timezone": "Europe/Riga"},
         "often": {"task": "example.tasks.send_welcome", "args": [1], "every": 30, "missed": "skip"},
