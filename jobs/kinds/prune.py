@@ -31,9 +31,8 @@ class PrunePayload(serializers.Serializer):
 class Prune(Kind):
     name = "jobs.prune"
     payload_serializer = PrunePayload
-    policy = Policy(
-        max_attempts=3, soft_time_limit=150, hard_time_limit=180
-    )  # hard <= the worker grace (210 s) - 30 s margin (jobs.shutdown_grace)
+    # The hard limit stays within the worker's grace (210 s) less 30 s (jobs.shutdown_grace).
+    policy = Policy(max_attempts=3, soft_time_limit=150, hard_time_limit=180)
 
     def run(self, payload: dict[str, Any], ctx: AttemptContext) -> Any:
         try:
