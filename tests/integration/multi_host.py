@@ -162,12 +162,22 @@ class Cluster:
     def wait_terminal(self, count: int, *, timeout: float) -> float:
         """Wait until `count` jobs are terminal (by the database); seconds waited."""
         started = time.monotonic()
-        wait_for(
-            lambda: self.terminal() >= count,
-            timeout=timeout,
-            interval=0.25,
-            what=f"{count} jobs terminal",
-        )
+        try:
+            wait_for(
+                lambda: self.terminal() >= count,
+                timeout=timeout,
+                interval=0.25,
+                what=f"{count} jobs terminal",
+            )
+        except TimeoutError as exc:
+            stuck = self.platform.rows(
+                "SELECT id, kind, status, attempts_made, deliveries, worker_losses,"
+                " next_attempt_at - now(), lease_expires_at - now(), waiting_reason,"
+                " published_at, enqueued_at FROM jobs_job"
+                " WHERE status NOT IN ('succeeded', 'dead', 'cancelled') LIMIT 10"
+            )
+            by_status = self.platform.rows("SELECT status, count(*) FROM jobs_job GROUP BY 1")
+            raise AssertionError(f"{exc}: {by_status}; not terminal: {stuck}") from None
         return time.monotonic() - started
 
     def terminal(self) -> int:
@@ -198,7 +208,8 @@ class Cluster:
         for host in self.workers:
             if host is dead:
                 registry = CollectorRegistry()
-                MultiProcessCollector(registry, path=str(host.metrics_dir))
+                # observability.multiproc: the worker's files are under worker-<node>/.
+                MultiProcessCollector(registry, path=str(host.metrics_dir / f"worker-{host.node}"))
                 families = list(registry.collect())
             else:
                 families = list(
