@@ -136,8 +136,9 @@ def test_skewed_worker_clocks_no_double_run_listed_and_retry_delays_in_bounds(
     # 90 s ahead (w1), 90 s behind (w2) and true (w3)
     specs = [("demo.flaky", {"fail_times": 2, "sleep_seconds": 0.05})] * 45
     specs += [("demo.sleep", {"seconds": 0.1, "step_seconds": 0.05})] * 30
+    before = cluster.terminal()
     ids = cluster.submit_many(specs)
-    waited = cluster.wait_terminal(len(ids), timeout=120)
+    waited = cluster.wait_terminal(before + len(ids), timeout=120)
     # then every job succeeded, each flaky one in exactly three attempts, none run twice
     statuses = dict(
         platform.rows(
@@ -308,12 +309,15 @@ def test_worker_host_sigkilled_mid_run_every_job_terminal_once(cluster: Cluster)
         f" statuses {statuses}; attempt outcomes {outcomes}; overlapping {overlapping},"
         f" after a success {after_success}, double successes {doubles};"
         f" attempt counters {counters} = {sum(counters.values()):.0f} vs {rows} attempt rows"
+        f" (by worker host {host_rows})"
     )
     assert in_flight, "no attempt was running on the killed host"
     assert float(lost_jobs_after) <= LEASE + 60
     assert all(float(s) <= LEASE + 60 for _, s in late), late
     assert (overlapping, after_success, doubles) == (0, 0, 0)
-    assert sum(counters.values()) == rows, (counters, rows)
+    live = [h.name for h in cluster.workers if h is not victim]
+    assert [counters[n] for n in live] == [host_rows.get(n, 0) for n in live], host_rows
+    assert sum(counters.values()) == rows, (counters, rows, victim_rows)
 
 
 @pytest.mark.timeout(480)
