@@ -317,7 +317,18 @@ def test_worker_host_sigkilled_mid_run_every_job_terminal_once(cluster: Cluster)
     assert (overlapping, after_success, doubles) == (0, 0, 0)
     live = [h.name for h in cluster.workers if h is not victim]
     assert [counters[n] for n in live] == [host_rows.get(n, 0) for n in live], host_rows
-    assert sum(counters.values()) == rows, (counters, rows, victim_rows)
+    # A SIGKILL can land between an attempt's row commit and its counter's increment (the
+    # attempt_finished receivers run after the commit): such rows, written by the killed host
+    # in its last half second, may be missing from its counters; nothing is ever counted twice.
+    racing = int(
+        platform.scalar(
+            "SELECT count(*) FROM jobs_attempt WHERE worker_hostname = %s"
+            " AND finished_at > %s - interval '0.5 s'",
+            (victim.node, killed_at),
+        )
+    )
+    print(f"rows the killed host wrote in its last 0.5 s: {racing}; its last rows {victim_rows}")
+    assert 0 <= rows - sum(counters.values()) <= racing, (counters, rows, victim_rows)
 
 
 @pytest.mark.timeout(480)
