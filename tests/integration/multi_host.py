@@ -308,7 +308,7 @@ def build_cluster(
     for host in cluster.webs:
         host.stack.env["DJANGO_ALLOWED_HOSTS"] = allowed
 
-    def start_web(host: Host) -> None:
+    def start_web(host: Host) -> Process:
         port = free_port()
         host.web = host.stack.start_web(
             port, workers=1, threads=4, timeout=180, address=host.address
@@ -323,6 +323,7 @@ def build_cluster(
         )
         client.session.headers["Authorization"] = f"Token {platform.token}"
         cluster.clients.append(client)
+        return host.web
 
     with ThreadPoolExecutor(max_workers=5) as pool:
         futures = [pool.submit(cluster.start_worker, h) for h in cluster.workers]

@@ -323,8 +323,8 @@ def test_worker_host_sigkilled_mid_run_every_job_terminal_once(cluster: Cluster)
     racing = int(
         platform.scalar(
             "SELECT count(*) FROM jobs_attempt WHERE worker_hostname = %s"
-            " AND finished_at > %s - interval '0.5 s'",
-            (victim.node, killed_at),
+            " AND finished_at BETWEEN %s - interval '0.5 s' AND %s",
+            (victim.node, killed_at, killed_at),
         )
     )
     print(f"rows the killed host wrote in its last 0.5 s: {racing}; its last rows {victim_rows}")
