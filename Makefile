@@ -52,7 +52,7 @@ test-slow: $(STAMP)  ## the long integration tests kept out of `make test` for i
 test-rabbitmq: $(STAMP)  ## the broker matrix on RabbitMQ (quorum queues, a vhost per test) (~6 min)
 	$(BIN)/python -m pytest -m 'rabbitmq and not drill' tests/integration
 
-drills: $(STAMP)  ## the live outage drills: each outage fires the one alert named for its cause (~4 min)
+drills: $(STAMP)  ## the live outage drills: each outage fires the one alert named for its cause; the multi-host drills on both brokers (~8 min)
 	$(BIN)/python -m pytest -m drill
 
 test-unit: $(STAMP)
