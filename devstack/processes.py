@@ -108,6 +108,9 @@ class Stack:
     env: dict[str, str]
     logdir: Path
     processes: list[Process] = field(default_factory=list)
+    # A command every process is started under, e.g. `ip netns exec NAME` to run
+    # it on a test's network-namespace host (tests/integration/multi_host.py).
+    launcher: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.logdir.mkdir(parents=True, exist_ok=True)
@@ -135,7 +138,7 @@ class Stack:
         self, name: str, *extra: str, env: dict[str, str] | None = None, log_name: str | None = None
     ) -> Process:
         """Start Procfile process `name` with `extra` arguments appended."""
-        argv = _resolve([*self.commands[name], *extra])
+        argv = [*self.launcher, *_resolve([*self.commands[name], *extra])]
         log_path = self.logdir / f"{log_name or name}.log"
         handle = open(log_path, "ab")  # noqa: SIM115 - owned by the child
         popen = subprocess.Popen(
@@ -153,13 +156,19 @@ class Stack:
         return process
 
     def start_web(
-        self, port: int, *, workers: int = 2, threads: int = 4, timeout: float = 30
+        self,
+        port: int,
+        *,
+        workers: int = 2,
+        threads: int = 4,
+        timeout: float = 30,
+        address: str = "127.0.0.1",
     ) -> Process:
-        """Start gunicorn on 127.0.0.1:`port`; returns once /healthz answers."""
+        """Start gunicorn on `address`:`port`; returns once /healthz answers there."""
         process = self.start(
             "web",
             env={
-                "WEB_BIND": f"127.0.0.1:{port}",
+                "WEB_BIND": f"{address}:{port}",
                 "WEB_CONCURRENCY": str(workers),
                 "WEB_THREADS": str(threads),
                 "WEB_ACCESS_LOG": "",
@@ -170,7 +179,7 @@ class Stack:
             if not process.alive():
                 raise RuntimeError(f"web exited early:\n{process.log()[-3000:]}")
             try:
-                return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).ok
+                return requests.get(f"http://{address}:{port}/healthz", timeout=1).ok
             except requests.RequestException:
                 return False
 
