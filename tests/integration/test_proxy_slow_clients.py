@@ -31,6 +31,8 @@ SLOW_CLIENTS = 100
 PROBES = 10
 # A served /healthz takes milliseconds; 3 s is slow on the busiest machine.
 PROBE_TIMEOUT = 3.0
+# Threads of each gunicorn worker (config/gunicorn.py, WEB_THREADS' default).
+WEB_THREADS = 4
 # Long enough that nginx holds every slow client for the whole probe window.
 HOLDING_LIMITS = {"NGINX_CLIENT_HEADER_TIMEOUT": "120s", "NGINX_CLIENT_BODY_TIMEOUT": "120s"}
 
@@ -119,16 +121,28 @@ def test_slow_clients_make_bare_gunicorns_healthz_time_out(web: Platform) -> Non
     # worker booted (a late one would take no slow client)
     wait_every_worker_accepting(web)
     assert requests.get(web.url("/healthz"), timeout=PROBE_TIMEOUT).status_code == 200
-    # when 100 slow clients hold connections to it
-    with SlowClients(address(web.base_url), count=SLOW_CLIENTS, token=web.token) as slow:
-        wait_for(
-            lambda: sum(worker_connections(web).values()) >= SLOW_CLIENTS,
-            timeout=10,
-            what="gunicorn accepting the slow clients",
-        )
-        print(f"slow clients by gunicorn worker: {worker_connections(web)}")
-        probes = probe_healthz(web.base_url, count=3, timeout=PROBE_TIMEOUT, interval=0.2)
-        assert slow.still_open() == SLOW_CLIENTS
+    # when 100 slow clients hold connections to it, more than each worker has
+    # threads (the kernel may hand one worker nearly all of them: then the other
+    # keeps a free thread, which is not the case this shows; the clients close
+    # and connect again, at most three times)
+    for _ in range(3):
+        with SlowClients(address(web.base_url), count=SLOW_CLIENTS, token=web.token) as slow:
+            wait_for(
+                lambda: sum(worker_connections(web).values()) >= SLOW_CLIENTS,
+                timeout=10,
+                what="gunicorn accepting the slow clients",
+            )
+            spread = worker_connections(web)
+            print(f"slow clients by gunicorn worker: {spread}")
+            if min(spread.values()) <= WEB_THREADS:
+                probes = None
+            else:
+                probes = probe_healthz(web.base_url, count=3, timeout=PROBE_TIMEOUT, interval=0.2)
+                assert slow.still_open() == SLOW_CLIENTS
+        if probes is not None:
+            break
+        wait_recovered(web.base_url)
+    assert probes is not None, "three times, one gunicorn worker took nearly every slow client"
     # then a healthy client's /healthz times out every time (the before)
     assert [p.status for p in probes] == [None, None, None], probes
     wait_recovered(web.base_url)
