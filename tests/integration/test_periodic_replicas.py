@@ -5,7 +5,7 @@ run for 10 minutes with three schedulers running and the leader SIGKILLed
 twice: exactly one job per tick (counted by tick time), tick lag <= 2 s
 except during a takeover (give the worst), no tick lost (catch-up policy)
 or exactly the skipped ticks counted (skip policy)." The 10-minute run is
-`soak`; a 2-minute one with interval schedules only is `slow`. No worker:
+`soak`; a 2-minute one with interval schedules only is `soak` too (out of `.ci/run` for its time budget). No worker:
 nothing here depends on the jobs running (overlap is allowed), only on
 their creation, counted in the database by tick time.
 """
@@ -55,7 +55,7 @@ def _lease_acquired_at(platform: Platform) -> datetime | None:
 @pytest.mark.parametrize(
     "minutes",
     [
-        pytest.param(2, marks=[pytest.mark.slow, pytest.mark.timeout(600)], id="2min"),
+        pytest.param(2, marks=[pytest.mark.soak, pytest.mark.timeout(600)], id="2min"),
         pytest.param(10, marks=[pytest.mark.soak, pytest.mark.timeout(1500)], id="10min"),
     ],
 )
