@@ -51,10 +51,10 @@ def _insert_delayed(platform: Platform, count: int, due: datetime) -> None:
             INSERT INTO jobs_job (id, kind, queue, payload, status, attempts_made, max_attempts,
               request_fingerprint, created_at, enqueued_at, run_after, next_attempt_at,
               deliveries, worker_losses, trace_parent, last_error, dead_reason,
-              waiting_reason, waiting_detail, progress_message)
+              waiting_reason, waiting_detail, progress_message, publish_claimed_by)
             SELECT gen_random_uuid(), 'demo.flaky', 'default', '{"fail_times": 0}', 'delayed',
               0, 5, 'bulk-' || n, now(), now(), %(due)s, %(due)s, 0, 0, '', '', '',
-              'run_after', 'start not before ' || %(due)s::text, ''
+              'run_after', 'start not before ' || %(due)s::text, '', ''
             FROM generate_series(1, %(count)s) AS n
             """,
             {"due": due, "count": count},
