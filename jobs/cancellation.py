@@ -88,8 +88,9 @@ class CancelRelay:
 
     Every JOBS_CANCEL_POLL_SECONDS: the job ids of the requests the pool has
     accepted (`active`, a callable), one primary-key read of which are
-    cancelled, a flag file for each (CancelPoller reads it) and the flags
-    of jobs no longer running here removed. One connection per worker, its
+    cancelled, a flag file for each (CancelPoller reads it) and its own
+    flags of jobs no longer running here removed (other workers on the host
+    share the directory and keep theirs). One connection per worker, its
     own thread's; a cancel reaches a cooperative attempt on any host within
     that interval plus a supervisor tick.
     """
@@ -97,6 +98,8 @@ class CancelRelay:
     def __init__(self, active: Callable[[], set[str]], directory: Path | None = None) -> None:
         self._active = active
         self._directory = directory
+        # The flags this relay wrote: other workers on this host share the directory.
+        self._flagged: set[str] = set()
 
     def relay_once(self) -> int:
         """One pass; returns how many flags exist after it. Never raises."""
@@ -121,9 +124,9 @@ class CancelRelay:
             directory.mkdir(parents=True, exist_ok=True)
             for job in cancelled:
                 directory.joinpath(job).touch()
-            for flag in directory.iterdir():
-                if flag.name not in running:
-                    flag.unlink(missing_ok=True)
+            for job in self._flagged - running:
+                directory.joinpath(job).unlink(missing_ok=True)
+            self._flagged = (self._flagged | cancelled) & running
         except OSError as exc:
             logger.warning("cancellation flags not written in %s: %s", directory, exc)
         return len(cancelled)
