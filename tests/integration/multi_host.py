@@ -38,6 +38,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from devstack.netns import PublicHost
 from devstack.processes import Process, Stack
 from devstack.services import free_port, wait_for
+from tests.integration.admin_login import admin_session
 from tests.integration.harness import HTTP_TIMEOUT, Platform, PlatformFactory
 
 SHIM = Path(__file__).with_name("skewed_clock")
@@ -341,24 +342,7 @@ def kill_host(host: Host) -> None:
 
 def admin_overview(client: Platform) -> str:
     """The admin overview page's HTML, read by a staff user logged in through /admin/login/."""
-    import re  # noqa: PLC0415 - only the admin page needs it
-
-    client.create_users({"ops": {"staff": True, "perms": ["view_job"], "password": "pw-ops-1"}})
-    session = requests.Session()
-    page = session.get(client.url("/admin/login/"), timeout=HTTP_TIMEOUT)
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
-    assert token, page.text[:500]
-    session.post(
-        client.url("/admin/login/?next=/admin/"),
-        data={
-            "csrfmiddlewaretoken": token.group(1),
-            "username": "ops",
-            "password": "pw-ops-1",
-            "next": "/admin/",
-        },
-        timeout=HTTP_TIMEOUT,
-    )
-    assert "sessionid" in session.cookies
+    session = admin_session(client)
     return session.get(client.url("/admin/jobs/job/overview/"), timeout=HTTP_TIMEOUT).text
 
 

@@ -12,14 +12,13 @@ One platform, every job submitted at once, then awaited: about 30 s, in the slow
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-import requests
 
+from tests.integration.admin_login import admin_session
 from tests.integration.harness import HTTP_TIMEOUT, Platform, PlatformFactory, require_postgres
 from tests.integration.telemetry import scrape_platform
 
@@ -134,7 +133,7 @@ def test_a_fresh_apps_kind_and_task_run_as_platform_jobs(byow: Platform) -> None
         assert samples.total("jobs_completed_total", kind=kind, outcome="dead") == 3, kind
 
     # and listed in the admin with their attempts
-    admin = _admin_session(platform)
+    admin = admin_session(platform)
     for kind in (KIND, TASK):
         page = admin.get(platform.url(f"/admin/jobs/job/?kind={kind}"), timeout=HTTP_TIMEOUT)
         assert page.status_code == 200
@@ -144,23 +143,3 @@ def test_a_fresh_apps_kind_and_task_run_as_platform_jobs(byow: Platform) -> None
     )
     assert detail.status_code == 200
     assert "ConnectionError" in detail.text
-
-
-def _admin_session(platform: Platform) -> requests.Session:
-    platform.create_users({"ops": {"staff": True, "perms": ["view_job"], "password": "pw-ops-1"}})
-    session = requests.Session()
-    page = session.get(platform.url("/admin/login/"), timeout=HTTP_TIMEOUT)
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
-    assert token, page.text[:500]
-    session.post(
-        platform.url("/admin/login/?next=/admin/"),
-        data={
-            "csrfmiddlewaretoken": token.group(1),
-            "username": "ops",
-            "password": "pw-ops-1",
-            "next": "/admin/",
-        },
-        timeout=HTTP_TIMEOUT,
-    )
-    assert "sessionid" in session.cookies
-    return session
