@@ -49,10 +49,10 @@ test: $(STAMP)  ## the whole suite: unit and integration (real Redis, PostgreSQL
 test-slow: $(STAMP)  ## the long integration tests kept out of `make test` for its time budget (~10 min)
 	$(BIN)/python -m pytest -m 'slow and not soak and not drill'
 
-test-rabbitmq: $(STAMP)  ## the broker matrix on RabbitMQ (quorum queues, a vhost per test) (~6 min)
+test-rabbitmq: $(STAMP)  ## the broker matrix on RabbitMQ (quorum queues, a vhost per test) (~3 min at load 2-5, ~4.5 min at load 5-9)
 	$(BIN)/python -m pytest -m 'rabbitmq and not drill' tests/integration
 
-drills: $(STAMP)  ## the live outage drills: each outage fires the one alert named for its cause; the multi-host drills on both brokers (~8 min)
+drills: $(STAMP)  ## the live outage drills: each outage fires the one alert named for its cause; the multi-host drills on both brokers; a RabbitMQ node restart on a private node (~9 min)
 	$(BIN)/python -m pytest -m drill
 
 test-unit: $(STAMP)

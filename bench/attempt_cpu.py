@@ -8,7 +8,9 @@ fresh PostgreSQL database (bench.rig), stops its processes, then runs
 `jobs.runner.execute_attempt` for each job in this process, in blocks of
 `--block` attempts, the setting alternating between its two values block
 by block (A B A B ...). Prints, per value, the median CPU (process time)
-and wall time per attempt over its blocks, and the ratio B / A. No Celery,
+and wall time per attempt over its blocks, the median CPU of the
+PostgreSQL backend serving this process (user + system, read from its
+pid; the server must be on this machine), and the ratios B / A. No Celery,
 no pipe to a main process: the attempt path alone, which makes CPU per
 attempt a steadier figure than a drain's rate on a shared machine.
 """
@@ -25,8 +27,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import psutil  # noqa: E402
+
 from bench.p1_drain import STORM_ENV  # noqa: E402
 from bench.rig import Rig, standalone  # noqa: E402
+
+
+def _cpu(process: psutil.Process) -> float:
+    """User + system CPU seconds of `process` so far."""
+    times = process.cpu_times()
+    return float(times.user + times.system)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,40 +59,49 @@ def main(argv: list[str] | None = None) -> int:
 
         django.setup()
         from django.conf import settings  # noqa: PLC0415 - after django.setup()
+        from django.db import connection, connections  # noqa: PLC0415 - after django.setup()
 
         from jobs import runner  # noqa: PLC0415 - after django.setup()
         from jobs.models import Job  # noqa: PLC0415 - after django.setup()
 
         kind = type(getattr(settings, name))
         ids = [str(i) for i in Job.objects.values_list("id", flat=True)]
-        samples: dict[str, list[tuple[float, float]]] = {value: [] for value in pair}
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            backend = psutil.Process(cursor.fetchone()[0])
+        samples: dict[str, list[tuple[float, float, float]]] = {value: [] for value in pair}
         for number in range(len(ids) // args.block):
             value = pair[number % 2]
-            setattr(settings, name, kind(value))
+            # bool("false") is True: a boolean setting reads its value as the env does.
+            typed = value.lower() in {"1", "true", "yes", "on"} if kind is bool else kind(value)
+            setattr(settings, name, typed)
             block = ids[number * args.block : (number + 1) * args.block]
-            cpu, wall = time.process_time(), time.perf_counter()
+            cpu, wall, server = time.process_time(), time.perf_counter(), _cpu(backend)
             for job_id in block:
                 runner.execute_attempt(job_id=job_id, attempt=1, hostname="attempt-cpu")
             samples[value].append(
                 (
                     (time.process_time() - cpu) / len(block) * 1e3,
                     (time.perf_counter() - wall) / len(block) * 1e3,
+                    (_cpu(backend) - server) / len(block) * 1e3,
                 )
             )
-        from django.db import connections  # noqa: PLC0415 - after django.setup()
-
         connections.close_all()  # before the rig drops its database
     medians = {
-        value: (statistics.median(c for c, _ in runs), statistics.median(w for _, w in runs))
+        value: tuple(statistics.median(run[i] for run in runs) for i in range(3))
         for value, runs in samples.items()
     }
-    for value, (cpu_ms, wall_ms) in medians.items():
+    for value, (cpu_ms, wall_ms, server_ms) in medians.items():
         print(
-            f"{name}={value}: CPU {cpu_ms:.3f} ms, wall {wall_ms:.3f} ms per attempt "
-            f"(median of {len(samples[value])} blocks of {args.block})"
+            f"{name}={value}: CPU {cpu_ms:.3f} ms, wall {wall_ms:.3f} ms, PostgreSQL backend "
+            f"CPU {server_ms:.3f} ms per attempt (median of {len(samples[value])} blocks of "
+            f"{args.block})"
         )
-    (cpu_a, wall_a), (cpu_b, wall_b) = medians[pair[0]], medians[pair[1]]
-    print(f"B / A: CPU {cpu_b / cpu_a:.3f}, wall {wall_b / wall_a:.3f}; load {os.getloadavg()}")
+    (cpu_a, wall_a, server_a), (cpu_b, wall_b, server_b) = medians[pair[0]], medians[pair[1]]
+    print(
+        f"B / A: CPU {cpu_b / cpu_a:.3f}, wall {wall_b / wall_a:.3f}, backend CPU "
+        f"{server_b / server_a:.3f}; load {os.getloadavg()}"
+    )
     return 0
 
 

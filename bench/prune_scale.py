@@ -185,6 +185,11 @@ def drain(rig: Rig, count: int, pruner: Pruner | None) -> float:
     return count / (ended - started)
 
 
+def load() -> str:
+    """The 1-minute load average now, as `uptime` prints it (other work on the machine)."""
+    return f"load {os.getloadavg()[0]:.2f}"
+
+
 def pages(rig: Rig, repeat: int) -> list[tuple[str, float, int, int]]:
     """(name, median ms, queries, status) of the admin pages and the API list, in this process."""
     os.environ.update(
@@ -243,9 +248,14 @@ def run(rig: Rig, args: argparse.Namespace) -> int:
     beside: list[float] = []
     for n in range(args.runs):
         alone.append(drain(rig, args.drain, None))
-        print(f"  run {n + 1}/{args.runs} drain alone: {alone[-1]:.1f} jobs/s", flush=True)
+        print(
+            f"  run {n + 1}/{args.runs} drain alone: {alone[-1]:.1f} jobs/s ({load()})", flush=True
+        )
         beside.append(drain(rig, args.drain, pruner))
-        print(f"  run {n + 1}/{args.runs} drain + prune: {beside[-1]:.1f} jobs/s", flush=True)
+        print(
+            f"  run {n + 1}/{args.runs} drain + prune: {beside[-1]:.1f} jobs/s ({load()})",
+            flush=True,
+        )
     pruner.start()
     pruner.stop(wait=True)
     pruned_jobs = sum(sum(r["jobs"].values()) for r in pruner.results)
@@ -253,17 +263,22 @@ def run(rig: Rig, args: argparse.Namespace) -> int:
     longest = max(r["longest_batch_ms"] for r in pruner.results)
     batches = sum(r["batches"] for r in pruner.results)
     prune_seconds = sum(r["seconds"] for r in pruner.results)
+    busy_seconds = sum(r["busy_seconds"] for r in pruner.results)
     old_left = int(
         rig.scalar("SELECT count(*) FROM jobs_job WHERE created_at < now() - interval '39 days'")
     )
     slowdown = 1 - statistics.median(beside) / statistics.median(alone)
+    # Each beside-drain against the drain alone just before it: less exposed to drift in load.
+    paired = [round(1 - b / a, 3) for a, b in zip(alone, beside, strict=True)]
     print(
         f"pruned {pruned_jobs:,} jobs and {pruned_attempts:,} attempts in {batches:,} batches, "
-        f"{prune_seconds:.0f} s of pruning; longest batch {longest} ms; old jobs left {old_left}"
+        f"{prune_seconds:.0f} s of pruning ({busy_seconds:.0f} s deleting); "
+        f"longest batch {longest} ms; old jobs left {old_left} ({load()})"
     )
     print(
         f"P1 drain: alone {statistics.median(alone):.1f} jobs/s, beside the prune "
-        f"{statistics.median(beside):.1f} jobs/s (median of {args.runs}): slowed {slowdown:.1%}"
+        f"{statistics.median(beside):.1f} jobs/s (median of {args.runs}): slowed {slowdown:.1%}; "
+        f"per pair {', '.join(f'{p:.1%}' for p in paired)}"
     )
     measured = pages(rig, args.repeat)
     print(f"\n| page (after pruning) | server ms (median of {args.repeat}) | queries | status |")
@@ -286,9 +301,11 @@ def run(rig: Rig, args: argparse.Namespace) -> int:
         "batches": batches,
         "longest_batch_ms": longest,
         "prune_seconds": round(prune_seconds, 1),
+        "busy_seconds": round(busy_seconds, 1),
         "drain_alone": [round(v, 1) for v in alone],
         "drain_beside": [round(v, 1) for v in beside],
         "slowdown": round(slowdown, 3),
+        "slowdown_per_pair": paired,
         "pages_ms": {name: round(ms, 1) for name, ms, _, _ in measured},
         "failed": failed,
     }

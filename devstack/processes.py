@@ -72,16 +72,19 @@ class Process:
         except psutil.NoSuchProcess:
             return []
 
-    def stop(self, *, sig: int = signal.SIGTERM, timeout: float = 20) -> int | None:
+    def stop(self, *, sig: int | None = signal.SIGTERM, timeout: float = 20) -> int | None:
         """Stop the process and everything in its group; SIGKILL after `timeout` s.
 
-        Returns the exit code (None if it had to be killed and was not reaped).
+        `sig` None: the process was already sent its stop signal (Stack.stop);
+        only wait for it, then kill its group. Returns the exit code (None if
+        it had to be killed and was not reaped).
         """
         # Started with start_new_session=True, so the group id is the pid, even
         # after the leader has been reaped (os.getpgid would fail then).
         pgid = self.pid
         if self.alive():
-            os.kill(self.pid, sig)
+            if sig is not None:
+                os.kill(self.pid, sig)
             try:
                 self.popen.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -235,10 +238,19 @@ class Stack:
         return process
 
     def stop(self, *, timeout: float = 20) -> None:
-        """Stop every process this stack started, newest first; each is SIGKILLed
-        (with its group) if still running `timeout` seconds after its SIGTERM."""
-        for process in reversed(self.processes):
-            process.stop(timeout=timeout)
+        """Stop every process this stack started: SIGTERM to each, newest first,
+        then one wait for them all; each is SIGKILLed (with its group) if still
+        running `timeout` seconds after its SIGTERM.
+
+        The processes shut down side by side, so stopping a stack takes as
+        long as its slowest process, not the sum of them.
+        """
+        processes = list(reversed(self.processes))
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for process in processes:
+            process.stop(sig=None, timeout=max(0.0, deadline - time.monotonic()))
         self.processes.clear()
 
 

@@ -24,6 +24,7 @@ from config.env import env
 
 DEFAULT_RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
 RABBITMQCTL_TIMEOUT = 30.0
+AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")
 
 
 def rabbitmq_reachable(url: str = DEFAULT_RABBITMQ_URL, *, timeout: float = 1.0) -> bool:
@@ -97,20 +98,39 @@ class Vhost:
         return [dict(zip(columns, line.split("\t"), strict=False)) for line in out.splitlines()]
 
 
+def wants_rabbitmq() -> bool:
+    """Whether `make demo` / `make up` run on RabbitMQ: DEVSTACK_BROKER=rabbitmq or an amqp URL."""
+    configured = env.str("CELERY_BROKER_URL", default="")
+    return env.str("DEVSTACK_BROKER", default="redis") == "rabbitmq" or configured.startswith(
+        AMQP_SCHEMES
+    )
+
+
+def _safe(url: str) -> str:
+    """`url` without its password (for a message)."""
+    parts = urlsplit(url)
+    host = f"{parts.hostname or ''}:{parts.port}" if parts.port else parts.hostname or ""
+    return f"{parts.scheme}://{host}{parts.path}"
+
+
 @contextmanager
 def devstack_broker(redis_url: str) -> Iterator[str]:
     """The broker URL for `make demo` / `make up`: `redis_url`, or a fresh RabbitMQ vhost.
 
-    DEVSTACK_BROKER=rabbitmq (or a CELERY_BROKER_URL starting with amqp://)
-    picks RabbitMQ: a vhost of its own on the machine's server
-    (RABBITMQ_URL, default 127.0.0.1:5672 guest/guest), deleted on exit.
-    Raises RuntimeError when no RabbitMQ answers there.
+    An amqp:// CELERY_BROKER_URL is used as given (its vhost keeps the
+    queues the platform declares; they are empty when the demo ends).
+    DEVSTACK_BROKER=rabbitmq alone gets a vhost of its own on the machine's
+    server (RABBITMQ_URL, default 127.0.0.1:5672 guest/guest), deleted on
+    exit. Raises RuntimeError (one line) when no RabbitMQ answers there.
     """
-    configured = env.str("CELERY_BROKER_URL", default="")
-    if env.str("DEVSTACK_BROKER", default="redis") != "rabbitmq" and not configured.startswith(
-        ("amqp://", "amqps://", "pyamqp://")
-    ):
+    if not wants_rabbitmq():
         yield redis_url
+        return
+    configured = env.str("CELERY_BROKER_URL", default="")
+    if configured.startswith(AMQP_SCHEMES):
+        if not rabbitmq_reachable(configured):
+            raise RuntimeError(f"CELERY_BROKER_URL: no RabbitMQ answers at {_safe(configured)}")
+        yield configured
         return
     server = env.str("RABBITMQ_URL", default=DEFAULT_RABBITMQ_URL)
     if not rabbitmq_reachable(server):

@@ -5,7 +5,16 @@ from typing import TYPE_CHECKING
 from django.apps import AppConfig
 
 if TYPE_CHECKING:
+    import uuid
+
     from jobs.engine import Engine
+
+
+def _publish_released(job_ids: list["uuid.UUID"], claimer: str) -> int:
+    """jobs.services.sweeps.publish_claimed, for the engine's concurrency hand-off."""
+    from jobs.services.sweeps import publish_claimed  # noqa: PLC0415 - the services import the engine
+
+    return publish_claimed(job_ids=job_ids, claimer=claimer)
 
 
 class JobsConfig(AppConfig):
@@ -19,8 +28,9 @@ class JobsConfig(AppConfig):
 
         from jobs.engine import Engine  # noqa: PLC0415 - the engine imports models
 
-        # The attempt engine's backend, chosen once for this process (jobs.engine).
-        self.engine = Engine.for_vendor(connection.vendor)
+        # The attempt engine's backend, chosen once for this process (jobs.engine); it publishes
+        # the jobs a freed concurrency slot is handed to through the services' claimed publish.
+        self.engine = Engine.for_vendor(connection.vendor, publish=_publish_released)
         # Importing registers: the built-in kinds, the receivers and checks, db_deadline's hook
         # on every connection, and the telemetry receivers (jobs.telemetry).
         from jobs import (  # noqa: F401, PLC0415 - registrations need the app registry ready

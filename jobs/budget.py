@@ -1,7 +1,7 @@
 """The retry budget per kind: a window counter shared by every worker, in the state store.
 
 The state store (jobs.state_store) is PostgreSQL (jobs.budget_pg: the same
-rule, one statement per decision) or Redis (this module's Lua script, below);
+rule, one statement per decision) or Redis (the Lua script of jobs.budget_lua);
 every function here takes the configured one unless a Redis `client` is given.
 
 Rule (DESIGN.md "Retries"; after Envoy's retry budget, 20% of active
@@ -64,77 +64,12 @@ from redis.retry import Retry
 
 from jobs import budget_pg, state_store
 from jobs.broker_transport import redis_client
+from jobs.budget_lua import RESERVE_SCRIPT
 
 logger = logging.getLogger(__name__)
 
 # The last seconds of a window where a due retry may start in the next one.
 GUARD_FRACTION = 1 / 12
-
-# KEYS: none (the keys are built from ARGV[1], a prefix with the kind in a hash
-# tag, so one kind's windows live on one cluster slot).
-# ARGV: prefix, due, window, ratio, floor, last (latest acceptable slot),
-#       guard, spread (0..1), ttl (seconds), now, and up to two windows whose
-#       count of retries is released first ("" for none; see `admit`).
-# Returns {granted 0/1, slot - due (string seconds), first_exhaustion 0/1 (2: not the
-# first), used, limit}
-# where used/limit are those of the window of `due` before this retry.
-_RESERVE = """
-local prefix = ARGV[1]
-local due = tonumber(ARGV[2])
-local w = tonumber(ARGV[3])
-local ratio = tonumber(ARGV[4])
-local floor_ = tonumber(ARGV[5])
-local last = tonumber(ARGV[6])
-local guard = tonumber(ARGV[7])
-local spread = tonumber(ARGV[8])
-local ttl = tonumber(ARGV[9])
-local now = tonumber(ARGV[10])
-local function counts(k)
-  local v = redis.call('HMGET', prefix .. k, 'f', 'r')
-  return tonumber(v[1] or 0), tonumber(v[2] or 0)
-end
-local function room(k)
-  local f, r = counts(k)
-  return r + 1 <= ratio * f + floor_
-end
-local function take(k)
-  redis.call('HINCRBY', prefix .. k, 'r', 1)
-  redis.call('EXPIRE', prefix .. k, ttl)
-end
-local function release(k)
-  if k and tonumber(redis.call('HGET', prefix .. k, 'r') or 0) > 0 then
-    redis.call('HINCRBY', prefix .. k, 'r', -1)
-  end
-end
-release(tonumber(ARGV[11]))
-release(tonumber(ARGV[12]))
-local k0 = math.floor(due / w)
-local f0, r0 = counts(k0)
-local t = due
-local exhausted = 0
-while t <= last do
-  local k = math.floor(t / w)
-  local edge = (k + 1) * w - t < guard
-  if room(k) and ((not edge) or room(k + 1)) then
-    take(k)
-    if edge then take(k + 1) end
-    return {1, string.format('%.17g', t - due), exhausted, r0, tostring(ratio * f0 + floor_)}
-  end
-  if exhausted == 0 then
-    local mark = prefix .. math.floor(now / w)
-    if redis.call('HSETNX', mark, 'x', 1) == 1 then
-      exhausted = 1
-      redis.call('EXPIRE', mark, ttl)
-    else
-      exhausted = 2
-    end
-  end
-  local start = (k + 1) * w
-  t = start + spread * (w - guard)
-  if t > last and start <= last then t = last end
-end
-return {0, '0', exhausted, r0, tostring(ratio * f0 + floor_)}
-"""
 
 
 @dataclass(frozen=True)
@@ -221,7 +156,7 @@ def budget_client() -> redis.Redis:
 
 @functools.cache
 def _script(client: redis.Redis) -> Any:
-    return client.register_script(_RESERVE)
+    return client.register_script(RESERVE_SCRIPT)
 
 
 def record_first(

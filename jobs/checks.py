@@ -42,7 +42,8 @@ check (config.startup); `python manage.py check` lists them all.
   jobs.state_store.problem.
 - jobs.E040: a JOBS_PRUNE_* setting retention cannot work with (an age that
   is not a positive number with a unit or "off", a batch outside
-  1..MAX_BATCH, a pause outside 0..60 s): jobs.retention.problems.
+  1..MAX_BATCH, a pause outside 0..60 s, a duty cycle outside 0.01..1, a
+  batch target outside 10..10,000 ms): jobs.retention.problems.
 - jobs.W001: JOBS_KIND_OVERRIDES names a kind that is not registered (a
   typo, or a fault kind while JOBS_FAULT_KINDS is off).
 """
@@ -319,5 +320,5 @@ def check_broker(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
 
 @register()
 def check_retention(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
-    """The JOBS_PRUNE_* settings are ages, a batch size and a pause retention can use."""
+    """The JOBS_PRUNE_* settings are ages and a pace (batch, pause, duty, target) retention can use."""
     return [Error(problem, id="jobs.E040") for problem in retention.problems()]

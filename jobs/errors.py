@@ -57,3 +57,9 @@ class ActionNotPermitted(JobsError):
     """The caller sees the job but may not change it (staff without `jobs.change_job`)."""
 
     field = "Authorization"
+
+
+class PauseNotFound(JobNotFound):
+    """Resuming a kind or queue that is not paused (404)."""
+
+    field = "name"

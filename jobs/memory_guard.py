@@ -149,6 +149,14 @@ class MemoryWatchdog:
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
 
+    def start(self) -> None:
+        """Start this process's sampling thread now (a worker child calls it at birth).
+
+        Otherwise the first `watch` starts it; starting at birth keeps a
+        child's thread count the same over its life.
+        """
+        self._ensure_thread()
+
     def _ensure_thread(self) -> None:
         if self._thread is not None and self._thread.is_alive() and self._pid == os.getpid():
             return

@@ -13,7 +13,9 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from jobs.waiting import DETAIL_MAX_CHARS, WaitingReason
+from jobs.reasons import PauseScope
+from jobs.waiting import CHOICES as WAITING_CHOICES
+from jobs.waiting import DETAIL_MAX_CHARS
 
 
 class JobStatus(models.TextChoices):
@@ -115,7 +117,9 @@ class Job(models.Model):
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     dead_reason = models.CharField(max_length=16, choices=DeadReason, blank=True, default="")
-    waiting_reason = models.CharField(max_length=32, choices=WaitingReason, blank=True, default="")
+    waiting_reason = models.CharField(
+        max_length=32, choices=WAITING_CHOICES, blank=True, default=""
+    )
     waiting_detail = models.CharField(max_length=DETAIL_MAX_CHARS, blank=True, default="")
     created_by = models.ForeignKey(
         "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -178,6 +182,34 @@ class Job(models.Model):
                 fields=["queue", "priority", "published_at"],
                 condition=Q(status="queued"),
                 name="jobs_job_queued_published_idx",
+            ),
+            # Jobs held by a pause (jobs.engine.pausing.release_held, every scheduler
+            # tick): partial, so its size is the held set, 0 when nothing is paused.
+            models.Index(
+                fields=["enqueued_at"],
+                condition=Q(status="queued", waiting_reason="paused"),
+                name="jobs_job_paused_held_idx",
+            ),
+            # Jobs waiting for a concurrency slot (jobs.concurrency_gate: the start's
+            # "older waiter" probe and the leader's release pass): the waiting set only.
+            models.Index(
+                fields=["kind", "enqueued_at"],
+                condition=Q(status="queued", waiting_reason="concurrency_limit"),
+                name="jobs_job_concurrency_idx",
+            ),
+            # Jobs held by an open fuse (jobs.engine.fusing.release, every scheduler tick):
+            # the held set only, empty while every fuse is closed.
+            models.Index(
+                fields=["kind", "enqueued_at"],
+                condition=Q(status="queued", waiting_reason="fuse_open"),
+                name="jobs_job_fuse_held_idx",
+            ),
+            # Jobs waiting for a rate limit, by their reserved start (jobs.rate_gate: the
+            # start's "older waiter" probe and the leader's paced release).
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(status="queued", waiting_reason="rate_limit"),
+                name="jobs_job_rate_idx",
             ),
         ]
 
@@ -304,6 +336,57 @@ class WorkerReport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hostname} at {self.reported_at:%Y-%m-%d %H:%M:%S}"
+
+
+class Pause(models.Model):
+    """A paused kind or queue (jobs.pauses): its jobs stay `queued` and start after the resume.
+
+    One row per (`scope`, `name`) while paused; the resume deletes it (the
+    admin History keeps both). `paused_at` is the database's time.
+    """
+
+    scope = models.CharField(max_length=8, choices=[(s.value, s.value) for s in PauseScope])
+    name = models.CharField(max_length=100)
+    paused_at = models.DateTimeField()
+    paused_by = models.ForeignKey(
+        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reason = models.CharField(max_length=300, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "name"], name="jobs_pause_unique_scope_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.name} paused"
+
+
+# Fuses live in their own module; imported here so Django registers the model.
+from jobs.fuse_model import Fuse  # noqa: E402, F401 - registers the model with the app
+
+
+class RateBucket(models.Model):
+    """The GCRA state of one (kind, key) with a rate limit (jobs.gcra, jobs.rate_gate).
+
+    `tat` is the bucket's theoretical arrival time and `plan` the planning cursor (the
+    start time the next held job is given), both epoch seconds of the database's clock
+    as the engine passes it. `key` is '' for a limit per kind. Written only under the
+    (kind, key) lock: PostgreSQL's advisory lock (jobs.rate_sql), SQLite's writer lock.
+    """
+
+    kind = models.CharField(max_length=100)
+    key = models.TextField(default="", blank=True)
+    tat = models.FloatField(null=True)
+    plan = models.FloatField(null=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "key"], name="jobs_ratebucket_unique_kind_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"rate bucket {self.kind} {self.key!r}"
 
 
 # Periodic schedules live in their own module; imported here so Django registers them.

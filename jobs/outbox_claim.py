@@ -23,6 +23,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from jobs.models import Job, JobStatus
+from jobs.waiting import HELD_REASONS
 
 
 def claim_fields(*, claimer: str) -> dict[str, Any]:
@@ -52,6 +53,9 @@ def claim_unpublished(*, claimer: str, enqueued_before: datetime, limit: int) ->
                 published_at__isnull=True,
                 enqueued_at__lte=enqueued_before,
             )
+            # Held by a pause, a concurrency or rate limit or a fuse: the leader publishes those when
+            # they may start (jobs.engine.pausing, jobs.engine.limiting, jobs.engine.rating, jobs.engine.fusing).
+            .exclude(waiting_reason__in=HELD_REASONS)
             .order_by("enqueued_at")
             .select_for_update(skip_locked=True)
             .values_list("id", flat=True)[:limit]

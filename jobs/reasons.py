@@ -16,12 +16,15 @@ from observability.memory import LeakResource
 __all__ = [
     "AbortReason",
     "DropReason",
+    "FuseState",
     "LeakResource",
     "Limit",
+    "PauseScope",
     "RecycleReason",
     "RejectReason",
     "StateStore",
     "TickOutcome",
+    "WaitingReason",
 ]
 
 
@@ -40,6 +43,10 @@ class DropReason(StrEnum):
     TERMINAL = "terminal"  # the job already ended
     STALE = "stale"  # the message is for an attempt other than the job's next one
     BUDGET = "budget"  # a retry held at its start by the retry budget
+    PAUSED = "paused"  # its kind or queue is paused: the job waits in the database (jobs.pauses)
+    CONCURRENCY = "concurrency"  # its kind (key) has all its concurrency slots live: it waits
+    FUSE = "fuse"  # its kind's (destination's) fuse is open: it waits (jobs.fuse_gate)
+    RATE = "rate"  # its kind (key) started as many attempts as its rate allows: it waits
 
 
 class RejectReason(StrEnum):
@@ -92,3 +99,54 @@ class TickOutcome(StrEnum):
     MISSED = "missed"  # no job: missed (no leader, disabled pass) and skipped or folded into one
     OVERLAP = "overlap"  # no job: the schedule's previous job was still live (overlap skip)
     REJECTED = "rejected"  # no job: the submission was refused (queue full, invalid)
+
+
+class PauseScope(StrEnum):
+    """What a pause stops (jobs.pauses): every job of one kind, or every job of one queue."""
+
+    KIND = "kind"
+    QUEUE = "queue"
+
+
+class WaitingReason(StrEnum):
+    """Why a job that is neither running nor terminal does not start (jobs.waiting).
+
+    Stored on the row (`Job.waiting_reason`) where the decision to hold the
+    job is made; the live ones (backpressure, no worker) are computed when a
+    job is shown (jobs.waiting_now). `label` is the admin's short form.
+    """
+
+    BACKOFF = "backoff"  # a retry waits out its backoff
+    RETRY_AFTER = "retry_after"  # a retry waits as long as the failure asked
+    RETRY_BUDGET = "retry_budget"  # a retry moved to a later slot by the kind's retry budget
+    RUN_AFTER = "run_after"  # submitted with a later start
+    PAUSED = "paused"  # its kind or queue is paused (jobs.pauses)
+    BACKPRESSURE = "backpressure"  # its queue holds as many ready jobs as it may (503 to submits)
+    NO_WORKER = "no_worker"  # no live worker consumes its queue
+    CONCURRENCY_LIMIT = "concurrency_limit"  # every concurrency slot of its kind (key) is live
+    RATE_LIMIT = "rate_limit"  # its kind (key) started as many attempts as its rate allows
+    FUSE_OPEN = "fuse_open"  # its kind's (destination's) fuse is open (jobs.fuse_gate)
+
+    @property
+    def label(self) -> str:
+        """The short form the admin list shows."""
+        return _WAITING_LABELS.get(self.value, self.value.replace("_", " "))
+
+
+_WAITING_LABELS = {"retry_after": "Retry-After", "no_worker": "no worker"}
+
+
+class FuseState(StrEnum):
+    """A fuse's state (jobs.fuse_rules): a circuit breaker per kind (and destination).
+
+    `gauge` is its value in jobs_fuse_state (0 closed, 1 half-open, 2 open).
+    """
+
+    CLOSED = "closed"  # attempts start; failures are counted over the window
+    OPEN = "open"  # no attempt starts until the cool-down ends
+    HALF_OPEN = "half_open"  # one probe attempt runs; its end closes or re-opens the fuse
+
+    @property
+    def gauge(self) -> int:
+        """jobs_fuse_state's value: 0 closed, 1 half-open, 2 open."""
+        return {"closed": 0, "half_open": 1, "open": 2}[self.value]

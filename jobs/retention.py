@@ -1,10 +1,12 @@
 """Retention: delete terminal jobs past their age, with their attempts and History, in batches.
 
 `Retention.from_settings()` reads the JOBS_PRUNE_* settings (ages per
-terminal status, the idempotency-key floor, batch size, pause); `problems()`
-says what is wrong with them (the jobs.E040 check). `prune()` deletes batch
-after batch, each in its own short transaction, oldest first, skipping rows
-another transaction holds; `preview()` counts what `prune()` would delete.
+terminal status, the idempotency-key floor, and the pace: duty cycle, batch
+target time, largest batch, least pause); `problems()` says what is wrong
+with them (the jobs.E040 check). `prune()` deletes batch after batch
+(jobs.prune_batch), each in its own short transaction, oldest first,
+skipping rows another transaction holds, resting between batches as
+jobs.prune_pace says; `preview()` counts what `prune()` would delete.
 Live jobs (queued, delayed, running, retrying) are never touched. Why and
 how: docs/retention.md.
 """
@@ -13,18 +15,17 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.contrib.admin.models import LogEntry
-from django.contrib.contenttypes.models import ContentType
-from django.db import connection, transaction
-from django.db.models import Model, Q
+from django.db.models import Q
 
 from jobs import clock, events
 from jobs.models import Attempt, Job, JobStatus
+from jobs.prune_batch import delete_batch
+from jobs.prune_pace import MAX_DUTY, MAX_TARGET_MS, MIN_DUTY, MIN_TARGET_MS, Pace
 
 # Oldest first: the cheapest rows to lose go first when a run is stopped early.
 PRUNED_STATUSES: tuple[JobStatus, ...] = (
@@ -77,13 +78,26 @@ class Retention:
     """How long each terminal status is kept (None: forever), and how a prune paces itself.
 
     `keyed_after` is the least age of a job with an idempotency key (None:
-    never pruned). `batch` jobs per transaction; `pause` seconds between batches.
+    never pruned). `batch`: most jobs per transaction; `pause`: least seconds
+    between batches; `duty`: share of wall time spent in batches (0.01..1);
+    `target_ms`: a batch's aimed duration (jobs.prune_pace).
     """
 
     ages: dict[str, timedelta | None]
     keyed_after: timedelta | None
     batch: int = 500
     pause: float = 0.05
+    duty: float = 0.4
+    target_ms: int = 100
+
+    def pace(self) -> Pace:
+        """The pacing rule these settings give."""
+        return Pace(
+            duty=self.duty,
+            target_seconds=self.target_ms / 1000,
+            max_batch=self.batch,
+            min_pause=self.pause,
+        )
 
     @classmethod
     def from_settings(cls) -> Retention:
@@ -100,7 +114,25 @@ class Retention:
             raise RetentionError(
                 f"JOBS_PRUNE_PAUSE_SECONDS is {pause}; it must be 0..{MAX_PAUSE_SECONDS:g} seconds"
             )
-        return cls(ages=ages, keyed_after=keyed, batch=batch, pause=pause)
+        duty, target_ms = settings.JOBS_PRUNE_DUTY_CYCLE, settings.JOBS_PRUNE_BATCH_TARGET_MS
+        if not MIN_DUTY <= duty <= MAX_DUTY:
+            raise RetentionError(
+                f"JOBS_PRUNE_DUTY_CYCLE is {duty}; it must be {MIN_DUTY:g}..{MAX_DUTY:g} "
+                "(the share of time the prune may spend deleting)"
+            )
+        if not MIN_TARGET_MS <= target_ms <= MAX_TARGET_MS:
+            raise RetentionError(
+                f"JOBS_PRUNE_BATCH_TARGET_MS is {target_ms}; "
+                f"it must be {MIN_TARGET_MS}..{MAX_TARGET_MS} ms"
+            )
+        return cls(
+            ages=ages,
+            keyed_after=keyed,
+            batch=batch,
+            pause=pause,
+            duty=duty,
+            target_ms=target_ms,
+        )
 
 
 def problems() -> list[str]:
@@ -121,6 +153,7 @@ class PruneResult:
     history: int = 0
     batches: int = 0
     longest_batch_seconds: float = 0.0
+    busy_seconds: float = 0.0
     seconds: float = 0.0
     stopped: bool = False
 
@@ -131,6 +164,7 @@ class PruneResult:
             "history": self.history,
             "batches": self.batches,
             "longest_batch_ms": round(self.longest_batch_seconds * 1000, 1),
+            "busy_seconds": round(self.busy_seconds, 2),
             "seconds": round(self.seconds, 2),
             "stopped": self.stopped,
         }
@@ -167,52 +201,6 @@ def preview(*, retention: Retention, now: datetime | None = None) -> dict[str, t
     return counts
 
 
-def _delete_rows(model: type[Model], column: str, ids: Sequence[object]) -> int:
-    """DELETE rows of `model` whose `column` is one of the job `ids`; returns how many.
-
-    One statement, no rows fetched: QuerySet.delete() would load every Job
-    (payload, result and all) to cascade by hand.
-    """
-    pk = Job._meta.pk
-    assert pk is not None
-    params = [pk.get_db_prep_value(job_id, connection) for job_id in ids]
-    table, name = connection.ops.quote_name(model._meta.db_table), connection.ops.quote_name(column)
-    marks = ", ".join(["%s"] * len(params))
-    with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {table} WHERE {name} IN ({marks})", params)  # noqa: S608
-        return max(cursor.rowcount, 0)
-
-
-def _delete_batch(
-    where: Q, after: datetime | None, size: int
-) -> tuple[int, int, int, datetime | None]:
-    """One transaction: lock up to `size` prunable rows (skipping locked ones), delete them.
-
-    Returns (jobs, attempts, history rows, created_at of the last job taken).
-    """
-    rows = Job.objects.filter(where)
-    if after is not None:
-        # Keyset: each batch starts where the last one ended, so no batch walks
-        # the dead index entries its predecessors left behind.
-        rows = rows.filter(created_at__gte=after)
-    with transaction.atomic():
-        taken = list(
-            rows.order_by("created_at")
-            .select_for_update(skip_locked=True)
-            .values_list("id", "created_at")[:size]
-        )
-        if not taken:
-            return 0, 0, 0, after
-        ids = [job_id for job_id, _ in taken]
-        history, _ = LogEntry.objects.filter(
-            content_type=ContentType.objects.get_for_model(Job),
-            object_id__in=[str(job_id) for job_id in ids],
-        ).delete()
-        attempts = _delete_rows(Attempt, "job_id", ids)
-        jobs = _delete_rows(Job, "id", ids)
-    return jobs, attempts, history, taken[-1][1]
-
-
 def prune(
     *,
     retention: Retention,
@@ -225,36 +213,50 @@ def prune(
     `should_stop` is asked before each batch: a True ends the run early
     (`stopped`), having lost nothing, since each batch committed on its own.
     `now` (default: the database's clock) fixes the cutoffs for the whole run.
-    Sends events.jobs_pruned after each batch commits.
+    Sends events.jobs_pruned after each batch commits. Between batches it
+    calls `sleep` with the rest `retention.pace()` gives (the duty cycle), and
+    sizes the next batch to last about the target time.
     """
     now = now or clock.now()
+    pace = retention.pace()
     result = PruneResult()
     started = time.monotonic()
+    size = pace.first_size()
+    rest = 0.0
     for status in PRUNED_STATUSES:
         where = _prunable(status, retention, now)
         result.jobs[status], result.attempts[status] = 0, 0
         after: datetime | None = None
         while where is not None:
+            if rest:
+                # Before the next batch, not after the last: the rest carries
+                # across statuses and a finished run ends at once.
+                sleep(rest)
+                rest = 0.0
             if should_stop():
                 result.stopped = True
                 break
             began = time.monotonic()
-            jobs, attempts, history, after = _delete_batch(where, after, retention.batch)
-            result.longest_batch_seconds = max(
-                result.longest_batch_seconds, time.monotonic() - began
-            )
-            if jobs:
+            batch = delete_batch(where, after, size)
+            took = time.monotonic() - began
+            after = batch.last
+            result.busy_seconds += took
+            result.longest_batch_seconds = max(result.longest_batch_seconds, took)
+            if batch.jobs:
                 result.batches += 1
-                result.jobs[status] += jobs
-                result.attempts[status] += attempts
-                result.history += history
-                events.jobs_pruned.send(sender=Job, status=status, table="jobs_job", rows=jobs)
+                result.jobs[status] += batch.jobs
+                result.attempts[status] += batch.attempts
+                result.history += batch.history
                 events.jobs_pruned.send(
-                    sender=Job, status=status, table="jobs_attempt", rows=attempts
+                    sender=Job, status=status, table="jobs_job", rows=batch.jobs
                 )
-            if jobs < retention.batch:
+                events.jobs_pruned.send(
+                    sender=Job, status=status, table="jobs_attempt", rows=batch.attempts
+                )
+                rest = pace.pause_after(took)
+            if batch.jobs < size:
                 break
-            sleep(retention.pause)
+            size = pace.next_size(size, took)
         if result.stopped:
             break
     result.seconds = time.monotonic() - started

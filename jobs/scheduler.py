@@ -17,7 +17,7 @@ import uuid
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
-from jobs import brokers, selectors, services, state_store
+from jobs import brokers, rate_pacer, selectors, services, state_store
 from jobs.leadership import Leadership, process_identity
 from jobs.periodic.leader import PeriodicPass
 
@@ -221,6 +221,12 @@ def run_scheduler(
                     stop.wait(max(interval, leadership.next_try - leadership.clock()))
                     continue
                 promoted = services.retries_promote_due(limit=batch, claimer=leadership.identity)
+                # Jobs held by a pause that ended: published within one tick of the resume.
+                promoted += services.held_release(limit=batch, claimer=leadership.identity)
+                # Jobs held for a concurrency slot: the oldest, into the slots free now.
+                promoted += services.concurrency_release(limit=batch, claimer=leadership.identity)
+                # Jobs held by a fuse: a closed fuse's, an open fuse's due probe.
+                promoted += services.fuse_release(limit=batch, claimer=leadership.identity)
                 # Periodic schedules: each due tick's job, once (jobs.periodic).
                 if leadership.hold():
                     periodic.run(leadership)
@@ -244,7 +250,8 @@ def run_scheduler(
                 # One bad pass must not stop retries, the outbox and the lease sweep for good.
                 logger.exception("scheduler pass failed")
             if promoted < batch:
-                stop.wait(interval)
+                # Jobs held for a rate limit are published at their reserved starts meanwhile.
+                rate_pacer.wait_releasing(stop, interval, claimer=leadership.identity, batch=batch)
     finally:
         leadership.release()
     logger.info("scheduler stopped")

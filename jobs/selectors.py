@@ -19,6 +19,7 @@ from jobs import broker, brokers, clock, ownership
 from jobs.clock import database_now  # noqa: F401 - re-exported: selectors.database_now()
 from jobs.models import Attempt, Job, JobStatus
 from jobs.services.publish_stamps import stamp_grace_seconds
+from jobs.waiting import HELD_REASONS
 
 logger = logging.getLogger(__name__)
 
@@ -191,6 +192,8 @@ class BackpressureCache:
             return cached[1]
         unpublished = Job.objects.filter(
             queue=queue, status=JobStatus.QUEUED, published_at__isnull=True
+        ).exclude(  # held by a pause, a concurrency or rate limit or a fuse: not in the way
+            waiting_reason__in=HELD_REASONS
         )
         grace = stamp_grace_seconds()
         if broker_reachable and grace > 0:

@@ -93,6 +93,14 @@ class Supervisor:
         self._frozen = threading.Event()
         self.last_interrupted: str | None = None
 
+    def start(self) -> None:
+        """Start this process's supervising thread now (a worker child calls it at birth).
+
+        Otherwise the first `watch` starts it. Call it from the thread that
+        runs attempts: the abort and freeze signal handlers are set here.
+        """
+        self._ensure_thread()
+
     def _ensure_thread(self) -> None:
         if self._thread is not None and self._thread.is_alive() and self._pid == os.getpid():
             return

@@ -36,13 +36,15 @@ from jobs import (
     task_states,
     worker_shutdown,  # noqa: F401 - a second SIGTERM is a cold shutdown
 )
+from jobs.attempt_classify import MEMORY_LIMIT_ERROR
 from jobs.attempt_errors import AttemptError, error_class
 from jobs.cancellation import CancelRelay
 from jobs.db import run_with_reconnect
-from jobs.memory_guard import MEMORY_LIMIT_EXIT_CODE
+from jobs.memory_guard import MEMORY_LIMIT_EXIT_CODE, watchdog
 from jobs.models import AttemptOutcome, Job, JobStatus
-from jobs.runner import MEMORY_LIMIT_ERROR
 from jobs.services import AttemptEnd
+from jobs.services.publish_stamps import start_stamp_writer
+from jobs.supervisor import supervisor
 from observability import task_events
 
 logger = logging.getLogger(__name__)
@@ -361,6 +363,12 @@ def freeze_after_fork(**_: Any) -> None:
     run_attempt_task.collector = child_gc.ChildCollector()
     # The attempt's own queries may run long; its hard time limit bounds it.
     db_deadline.disable()
+    # The child's service threads start at birth, not at its first attempt,
+    # so its thread count stays the same over its life: a count that grows
+    # is then a leak (bench/storm reads it).
+    watchdog.start()
+    supervisor.start()
+    start_stamp_writer()
 
 
 def _running_job_ids() -> set[str]:

@@ -20,10 +20,21 @@ and on a `delayed` job:
 
 - `run_after`: the submitter asked for a later start (`run_after`).
 
-Later reasons belong here too (a concurrency or
-rate limit, a paused kind, an open fuse, backpressure, no worker consuming
-the queue): one member and one constructor each. This module imports no
-other jobs module, so every layer may use it.
+and on a `queued` job held in the database (unpublished):
+
+- `paused`: its kind or queue is paused (jobs.pauses); it starts within a
+  scheduler tick of the resume;
+- `concurrency_limit`: its kind (or its key's value) runs as many attempts
+  as its policy's `concurrency` allows (jobs.concurrency_gate);
+- `fuse_open`: its kind's (destination's) fuse is open (jobs.fuse_gate);
+- `rate_limit`: its kind (or its key's value) started as many attempts as
+  its policy's `rate` allows; it has a reserved start time (jobs.rate_gate).
+
+The reasons computed when a job is shown, never stored (backpressure, no
+worker consuming the queue) are jobs.waiting_now's. The vocabulary is
+jobs.reasons.WaitingReason (also the reserved members of the flow limits
+and fuses to come). This module imports only jobs.reasons, so every layer
+may use it.
 """
 
 from __future__ import annotations
@@ -31,19 +42,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import models
+from jobs.reasons import WaitingReason
+
+# Reasons of a queued job held unpublished in the database: the leader publishes it when it
+# may start (a pause, a concurrency limit, a rate limit); the outbox and the stamps leave it.
+HELD_REASONS = (
+    WaitingReason.PAUSED,
+    WaitingReason.CONCURRENCY_LIMIT,
+    WaitingReason.RATE_LIMIT,
+    WaitingReason.FUSE_OPEN,
+)
 
 # The longest detail stored (Job.waiting_detail's max_length).
 DETAIL_MAX_CHARS = 300
 
 
-class WaitingReason(models.TextChoices):
-    """Why a job is held back; `label` is the short form the admin list shows."""
+__all__ = [
+    "CHOICES",
+    "DETAIL_MAX_CHARS",
+    "HELD_REASONS",
+    "NOT_WAITING",
+    "Waiting",
+    "WaitingReason",
+]
 
-    BACKOFF = "backoff", "backoff"
-    RETRY_AFTER = "retry_after", "Retry-After"
-    RETRY_BUDGET = "retry_budget", "retry budget"
-    RUN_AFTER = "run_after", "run after"
+# The model field's and the API's choices: (value, label) of every reason.
+CHOICES: list[tuple[str, str]] = [(reason.value, reason.label) for reason in WaitingReason]
 
 
 @dataclass(frozen=True)
@@ -131,4 +155,53 @@ def for_run_after(*, run_after: Any) -> Waiting:
     """Why a job submitted with a later start (`run_after`, an aware datetime) waits."""
     return _waiting(
         WaitingReason.RUN_AFTER, f"start not before {run_after.isoformat()}, as submitted"
+    )
+
+
+def for_concurrency(*, kind: str, limit: int, key: str | None = None) -> Waiting:
+    """Why a queued job waits in the database: `kind` (its `key` value, when the limit is
+    per key) already runs `limit` attempts (jobs.concurrency_gate)."""
+    slot = f"waiting for concurrency slot `{kind}`"
+    if key is not None:
+        slot += f" key `{key}`"
+    return _waiting(
+        WaitingReason.CONCURRENCY_LIMIT,
+        f"{slot}: {limit} live at most; it starts when a slot frees, older jobs first",
+    )
+
+
+def for_rate(*, kind: str, rate: str, key: str | None = None, wait: float) -> Waiting:
+    """Why a queued job waits in the database: `kind` (its `key` value, when the rate is per
+    key) started as many attempts as `rate` allows; its reserved start is `wait` s away."""
+    limit = f"waiting for rate limit `{kind}`"
+    if key is not None:
+        limit += f" key `{key}`"
+    return _waiting(
+        WaitingReason.RATE_LIMIT, f"{limit}: {rate}; next slot in ~{max(wait, 0.0):.1f} s"
+    )
+
+
+def for_pause(*, scope: str, name: str, paused_at: Any, reason: str = "") -> Waiting:
+    """Why a queued job waits in the database: its kind or queue `name` is paused since `paused_at`."""
+    why = f": {reason}" if reason else ""
+    return _waiting(
+        WaitingReason.PAUSED,
+        f"{scope} {name} paused since {paused_at.isoformat(timespec='seconds')}{why}; "
+        "starts within a scheduler tick of the resume",
+    )
+
+
+def for_fuse(*, kind: str, destination: str, probe_due: Any) -> Waiting:
+    """Why a queued job waits in the database: the fuse of `kind` (for `destination`, a host;
+    "*": the whole kind) is open; one probe may start at `probe_due` (an aware datetime)."""
+    where = f"`{kind}`" if destination == "*" else f"`{kind}` destination `{destination}`"
+    due = (
+        f"a probe attempt is due at {probe_due.isoformat(timespec='seconds')}"
+        if probe_due is not None
+        else "a probe attempt runs now"
+    )
+    return _waiting(
+        WaitingReason.FUSE_OPEN,
+        f"fuse of {where} open: its dependency is failing; {due}, and the rest start "
+        "once it succeeds",
     )

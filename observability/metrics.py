@@ -261,6 +261,57 @@ SCRAPE_TIME_SERIES: dict[str, tuple[str, tuple[str, ...], str]] = {
         "Retries the kind's retry budget allows in its current window "
         "(ratio x first attempts so far + floor).",
     ),
+    # web /metrics (jobs.telemetry.collectors.PauseCollector, from the Pause table)
+    "jobs_paused": (
+        "gauge",
+        ("scope", "name"),
+        "1 while the kind (scope=kind) or queue (scope=queue) is paused, else 0; every "
+        "registered kind and configured queue.",
+    ),
+    "jobs_paused_seconds": (
+        "gauge",
+        ("scope", "name"),
+        "Seconds since the kind or queue was paused (the database's clock); 0 while not paused.",
+    ),
+    # web /metrics (jobs.telemetry.concurrency.ConcurrencyCollector, from the job table)
+    "jobs_concurrency_waiting": (
+        "gauge",
+        ("kind",),
+        "Queued jobs waiting in the database for a concurrency slot of their kind (held, or "
+        "released and not started yet); every kind with a concurrency limit.",
+    ),
+    "jobs_concurrency_limit": (
+        "gauge",
+        ("kind",),
+        "The kind's concurrency limit: live attempts at most (per key value when the kind "
+        "sets concurrency_key); every kind with a limit.",
+    ),
+    # web /metrics (jobs.telemetry.fuses.FuseCollector, from the Fuse table)
+    "jobs_fuse_state": (
+        "gauge",
+        ("kind", "destination"),
+        'State of the kind\'s fuse for a destination host ("*": the whole kind): 0 closed, '
+        "1 half-open (one probe attempt runs), 2 open (no attempt starts); every fuse, and "
+        'destination "*" of every registered kind (0 for a kind without a fuse).',
+    ),
+    "jobs_fuse_trips_total": (
+        "counter",
+        ("kind", "destination"),
+        "Times the fuse went from closed to open (by its failure ratio or an operator).",
+    ),
+    # web /metrics (jobs.telemetry.rates.RateCollector, from the job table)
+    "jobs_rate_waiting": (
+        "gauge",
+        ("kind",),
+        "Queued jobs waiting in the database for their kind's rate limit (held, or released "
+        "and not started yet); every kind with a rate.",
+    ),
+    "jobs_rate_limit_per_second": (
+        "gauge",
+        ("kind",),
+        "The kind's rate limit in attempt starts per second (per key value when the kind sets "
+        "rate_key); every kind with a rate.",
+    ),
     # web and scheduler /metrics (observability.probes): each probes its dependencies
     # when scraped, so an outage is named by the processes that still answer.
     "jobs_broker_up": (

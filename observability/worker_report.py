@@ -25,7 +25,7 @@ A report:
     {"hostname": "worker-1@box", "at": 1767000000.5,
      "children": [{"pid": 4242, "rss_bytes": 61000000, "threads": 3}, ...],
      "main_rss_bytes": 58000000, "max_memory_per_child_bytes": 536870912,
-     "recycled": {"max_tasks": 3, "worker_lost": 1}}
+     "recycled": {"max_tasks": 3, "worker_lost": 1}, "queues": ["default"]}
 
 `recycled` are the totals of jobs_worker_children_recycled_total for this
 worker's host, read from its own multiprocess metric files (the same numbers
@@ -167,4 +167,13 @@ def parse_report(raw: Any) -> dict[str, Any] | None:
         "main_rss_bytes": _count(value.get("main_rss_bytes")) or 0,
         "max_memory_per_child_bytes": _count(value.get("max_memory_per_child_bytes")) or 0,
         "recycled": _recycled(value.get("recycled")),
+        # None: a report from before workers listed their queues (unknown, not none).
+        "queues": _queues(value.get("queues")),
     }
+
+
+def _queues(value: Any) -> list[str] | None:
+    if not isinstance(value, list):
+        return None
+    names = (_text(name) for name in value[:MAX_REASONS])
+    return [name for name in names if name is not None]

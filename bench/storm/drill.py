@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 
+import psutil
+
 from config.env import env
 from devstack.demo import DEFAULT_REDIS_URL, demo_redis
 from devstack.processes import Stack
@@ -44,6 +46,27 @@ def _median_tree(pid: int, seconds: float) -> tuple[int, int]:
     )
 
 
+def _wait_whole_tree(pid: int, children: int, timeout: float = 60.0) -> None:
+    """Wait until the worker `pid` has `children` pool processes and a thread count steady for 1 s.
+
+    A child being replaced (after a time limit, a memory limit or a left
+    thread) would otherwise be missing from a reading, or counted before its
+    service threads started. Raises TimeoutError after `timeout` seconds.
+    """
+    root = psutil.Process(pid)
+    steady: list[int] = []
+
+    def whole() -> bool:
+        if len(root.children()) != children:
+            steady.clear()
+            return False
+        steady.append(worker_tree(pid)[1])
+        del steady[:-5]
+        return len(steady) == 5 and len(set(steady)) == 1
+
+    wait_for(whole, timeout=timeout, interval=0.25, what=f"{children} steady pool children")
+
+
 def run_side(
     side: Side,
     config: StormConfig,
@@ -57,6 +80,7 @@ def run_side(
     side.submit(warm, config.payload(fail_times=1 if side.name == "platform" else 0))
     wait_for(lambda: side.read().settled >= warm, timeout=120, interval=0.5, what="warm-up")
     side.mark_baseline()
+    _wait_whole_tree(side.worker.pid, config.concurrency)
     rss, threads = _median_tree(side.worker.pid, config.baseline_seconds)
     result = SideResult(side.name, config.jobs, baseline_rss=rss, baseline_threads=threads)
     started = time.monotonic()
@@ -74,6 +98,7 @@ def run_side(
             break
         time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
     result.storm_seconds = time.monotonic() - started
+    _wait_whole_tree(side.worker.pid, config.concurrency)
     result.end_rss, result.end_threads = _median_tree(side.worker.pid, config.baseline_seconds)
     result.end = side.read()
     return result

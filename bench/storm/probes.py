@@ -92,6 +92,10 @@ class PlatformProbe:
                 self._conn = psycopg.connect(dsn, autocommit=True)
         return list(self._conn.execute(sql).fetchall())
 
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        """The rows of `sql` on the platform's database (the outage scenario's reads)."""
+        return self._query(sql)
+
     def raw(self) -> Counts:
         statuses = dict(self._query("SELECT status, COUNT(*) FROM jobs_job GROUP BY status"))
         ((running, attempts),) = self._query(

@@ -121,6 +121,11 @@ JOBS_BROKER_BACKOFF_SECONDS: float = env.float("JOBS_BROKER_BACKOFF_SECONDS", de
 # Extra seconds past the hard time limit before a running attempt's lease is
 # treated as expired (the attempt can no longer be alive).
 JOBS_LEASE_GRACE: float = env.float("JOBS_LEASE_GRACE", default=30.0)
+# The engine's two attempt statements on PostgreSQL are prepared once per
+# connection and then executed by name (jobs.engine.backends.pg_statement).
+# Turn off behind a pooler in transaction mode that cannot keep prepared
+# statements (PgBouncer before 1.21).
+JOBS_ENGINE_PREPARED: bool = env.bool("JOBS_ENGINE_PREPARED", default=True)
 # After the scheduler regains the database, seconds it waits before judging
 # leases: workers write the outcomes they kept on disk during the outage
 # first (jobs.spool_drainer), so a finished attempt is not called lost.
@@ -295,10 +300,15 @@ JOBS_WORKER_REPORT_INTERVAL: float = env.float("JOBS_WORKER_REPORT_INTERVAL", de
 # (s, m, h, d, w: "7d", "36h"), or "off" to keep that status forever. A job with
 # an idempotency key is kept at least KEYED_AFTER, so its key still refuses a
 # duplicate for that long. One batch deletes at most BATCH jobs in its own short
-# transaction; PAUSE seconds pass between batches (jobs.E040 refuses nonsense).
+# transaction, sized to last about BATCH_TARGET_MS; after a batch of t seconds
+# the prune rests t * (1 - DUTY_CYCLE) / DUTY_CYCLE (at least PAUSE seconds), so
+# it deletes at most DUTY_CYCLE of the time and yields the rest to live work
+# (jobs.prune_pace; jobs.E040 refuses nonsense).
 JOBS_PRUNE_SUCCEEDED_AFTER: str = env.str("JOBS_PRUNE_SUCCEEDED_AFTER", default="7d")
 JOBS_PRUNE_CANCELLED_AFTER: str = env.str("JOBS_PRUNE_CANCELLED_AFTER", default="14d")
 JOBS_PRUNE_DEAD_AFTER: str = env.str("JOBS_PRUNE_DEAD_AFTER", default="30d")
 JOBS_PRUNE_KEYED_AFTER: str = env.str("JOBS_PRUNE_KEYED_AFTER", default="7d")
 JOBS_PRUNE_BATCH: int = env.int("JOBS_PRUNE_BATCH", default=500)
 JOBS_PRUNE_PAUSE_SECONDS: float = env.float("JOBS_PRUNE_PAUSE_SECONDS", default=0.05)
+JOBS_PRUNE_DUTY_CYCLE: float = env.float("JOBS_PRUNE_DUTY_CYCLE", default=0.4)
+JOBS_PRUNE_BATCH_TARGET_MS: int = env.int("JOBS_PRUNE_BATCH_TARGET_MS", default=100)

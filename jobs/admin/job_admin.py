@@ -23,10 +23,11 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from jobs import selectors, services
-from jobs.admin import actions, display, listing, overview_page, timeline
+from jobs import selectors, services, waiting_now
+from jobs.admin import actions, display, listing, overview_page, pause_admin, timeline
 from jobs.errors import InvalidTransition
 from jobs.models import Job, JobStatus
+from jobs.reasons import PauseScope
 from observability import tracing
 
 # Attempts listed on the job page; older ones are counted, not shown.
@@ -63,7 +64,13 @@ class JobAdmin(admin.ModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     paginator = listing.EstimatedCountPaginator
-    actions = ["retry_now_action", "cancel_action", "requeue_action"]
+    actions = [
+        "retry_now_action",
+        "cancel_action",
+        "requeue_action",
+        "pause_kind_action",
+        "pause_queue_action",
+    ]
     change_list_template = "admin/jobs/job/change_list.html"
     change_form_template = "admin/jobs/job/change_form.html"
     # The change view is read-only (has_change_permission(obj) is False); show little.
@@ -181,6 +188,17 @@ class JobAdmin(admin.ModelAdmin):
     def retry_now_action(self, request: HttpRequest, queryset: Any) -> None:
         self._act(request, queryset, "retry_now")
 
+    @admin.action(description="Pause the kinds of the selected jobs", permissions=["pause"])
+    def pause_kind_action(self, request: HttpRequest, queryset: Any) -> None:
+        pause_admin.pause_selected(self, request, queryset, scope=PauseScope.KIND)
+
+    @admin.action(description="Pause the queues of the selected jobs", permissions=["pause"])
+    def pause_queue_action(self, request: HttpRequest, queryset: Any) -> None:
+        pause_admin.pause_selected(self, request, queryset, scope=PauseScope.QUEUE)
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("jobs.add_pause"))
+
     @admin.action(description="Cancel selected jobs", permissions=["change"])
     def cancel_action(self, request: HttpRequest, queryset: Any) -> None:
         self._act(request, queryset, "cancel")
@@ -220,6 +238,7 @@ class JobAdmin(admin.ModelAdmin):
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def _job_page_context(self, request: HttpRequest, job: Job) -> dict[str, Any]:
+        now_waiting = waiting_now.job_waiting(job) if not job.is_terminal else None
         attempts = selectors.job_attempts(job_id=job.pk, limit=ATTEMPTS_SHOWN)
         error, recovered = display.shown_error(job)
         trace_id = tracing.trace_id_from(job.trace_parent) or ""
@@ -243,6 +262,11 @@ class JobAdmin(admin.ModelAdmin):
             "moments": timeline.moments(job, attempts),
             "end_to_end": display.seconds(timeline.end_to_end(job)),
             "waiting_until": display.until(job.next_attempt_at, timezone.now()),
+            # Why a queued job does not start (a pause, no worker, backpressure): jobs.waiting_now.
+            "waiting_now": now_waiting,
+            "estimated_start": display.until(
+                now_waiting.estimated_start if now_waiting else None, timezone.now()
+            ),
             "progress": display.progress_text(job),
             "payload_json": display.pretty_json(job.payload),
             "result_json": display.pretty_json(job.result) if job.result is not None else "",

@@ -7,8 +7,8 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from jobs import waiting, waiting_now
 from jobs.models import Attempt, Job, JobStatus
-from jobs.waiting import WaitingReason
 from observability.tracing import trace_id_from
 
 
@@ -28,6 +28,15 @@ def _check_key(value: str, field: str) -> str:
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
         raise serializers.ValidationError({field: ["Control characters are not allowed."]})
     return value
+
+
+def refuse_unknown_fields(serializer: serializers.Serializer) -> None:
+    """Raise ValidationError (400, one "Unknown field." per name) for body fields the
+    serializer does not declare: a typo must not pass silently."""
+    data = serializer.initial_data
+    unknown = sorted(set(data) - set(serializer.fields)) if isinstance(data, dict) else []
+    if unknown:
+        raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
 
 
 class JobSubmitSerializer(serializers.Serializer):
@@ -55,13 +64,7 @@ class JobSubmitSerializer(serializers.Serializer):
     )
 
     def validate(self, attrs: dict) -> dict:
-        unknown = (
-            sorted(set(self.initial_data) - set(self.fields))
-            if isinstance(self.initial_data, dict)
-            else []
-        )
-        if unknown:
-            raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        refuse_unknown_fields(self)
         body_key = attrs.get("idempotency_key")
         if body_key is not None:
             _check_key(body_key, "idempotency_key")
@@ -105,7 +108,7 @@ class AttemptSerializer(serializers.ModelSerializer):
 class WaitingSerializer(serializers.Serializer):
     """Why a held-back job waits (jobs.waiting); `until` is when it may go on, if known."""
 
-    reason = serializers.ChoiceField(choices=WaitingReason.choices)
+    reason = serializers.ChoiceField(choices=waiting.CHOICES)
     detail = serializers.CharField()
     until = serializers.DateTimeField(allow_null=True)
 
@@ -130,7 +133,9 @@ class JobSerializer(serializers.ModelSerializer):
     `recovered_error` instead (and in that attempt's row). `trace_id` is the
     trace of the request that submitted the job, which every attempt joins
     (empty unless the submitting process exports traces). `waiting` says why
-    a held-back job waits, or is null. `progress` is the running (or last)
+    a held-back job waits, or is null (on the job's own page also the live
+    reasons of a queued job: a pause, no worker, backpressure; jobs.waiting_now),
+    and `estimated_start` when it may start, where that can be estimated. `progress` is the running (or last)
     attempt's latest progress report, or null.
     """
 
@@ -140,6 +145,10 @@ class JobSerializer(serializers.ModelSerializer):
     last_error = serializers.SerializerMethodField()
     recovered_error = serializers.SerializerMethodField()
     waiting = serializers.SerializerMethodField()
+    estimated_start = serializers.SerializerMethodField(
+        help_text="When a waiting job may start, where it can be estimated (its due time, or "
+        "the jobs ahead of it at its queue's recent pace); null otherwise."
+    )
     progress = serializers.SerializerMethodField()
 
     @extend_schema_field(ProgressSerializer(allow_null=True))
@@ -157,17 +166,35 @@ class JobSerializer(serializers.ModelSerializer):
             }
         ).data
 
+    def _waiting_now(self, job: Job) -> waiting_now.WaitingNow | None:
+        # Computed once per job and response; live reasons only where the view asks
+        # (the job page: context["live_waiting"]), the stored ones everywhere.
+        cache = self.context.setdefault("_waiting_now", {})
+        if job.pk not in cache:
+            cache[job.pk] = waiting_now.job_waiting(
+                job, live=bool(self.context.get("live_waiting"))
+            )
+        return cache[job.pk]
+
     @extend_schema_field(WaitingSerializer(allow_null=True))
     def get_waiting(self, job: Job) -> dict[str, Any] | None:
-        if not job.waiting_reason:
+        now = self._waiting_now(job)
+        if now is None:
             return None
         return WaitingSerializer(
-            {
-                "reason": job.waiting_reason,
-                "detail": job.waiting_detail,
-                "until": job.next_attempt_at,
-            }
+            {"reason": now.reason.value, "detail": now.detail, "until": now.until}
         ).data
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_estimated_start(self, job: Job) -> str | None:
+        now = self._waiting_now(job)
+        estimate = now.estimated_start if now is not None else None
+        if now is None and self.context.get("live_waiting") and job.status == JobStatus.QUEUED:
+            # Simply next in its queue: the jobs ahead at the queue's recent pace.
+            estimate = waiting_now.estimated_start(job)
+        if estimate is None:
+            return None
+        return serializers.DateTimeField().to_representation(estimate)
 
     def get_trace_id(self, job: Job) -> str:
         return trace_id_from(job.trace_parent)
@@ -199,6 +226,7 @@ class JobSerializer(serializers.ModelSerializer):
             "next_attempt_at",
             "run_after",
             "waiting",
+            "estimated_start",
             "progress",
             "result",
             "last_error",

@@ -112,7 +112,8 @@ class JobViewSet(viewsets.GenericViewSet):
         )
 
     def retrieve(self, request: Request, pk: str) -> Response:
-        return Response(JobSerializer(self._get_job(pk), context={"request": request}).data)
+        context = {"request": request, "live_waiting": True}
+        return Response(JobSerializer(self._get_job(pk), context=context).data)
 
     @extend_schema(request=None, responses=JobSerializer)
     @action(detail=True, methods=["post"])

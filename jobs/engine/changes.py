@@ -3,8 +3,8 @@
 `ending` is the one mapping from an attempt's end (its report and the one
 retry decision, jobs.decisions) to column values; every backend applies it
 (the ORM with `save(update_fields=...)`, PostgreSQL and SQLite as statement
-parameters, jobs.engine.sql). The other transitions (start, hold, cancel,
-queue again, requeue, submit) have one small function each. Values are
+parameters, jobs.engine.sql). The other transitions (start, hold, hold by a
+pause, cancel, queue again, requeue, submit) have one small function each. Values are
 column name -> value; an expression (Now()) is evaluated by the database.
 """
 
@@ -141,6 +141,13 @@ def held(*, until: datetime | None, held_by: Waiting | None, now: datetime) -> d
     return {"status": JobStatus.RETRYING, "next_attempt_at": until, **waiting.fields(held_by)}
 
 
+def held_by_pause(held_by: Waiting) -> dict[str, Any]:
+    """A queued job a pause holds (why: `held_by`): still queued, unpublished and
+    unclaimed, so nothing publishes it until the leader releases it after the resume."""
+    unpublished = {"published_at": None, "publish_claimed_by": "", "publish_claimed_until": None}
+    return {**unpublished, **waiting.fields(held_by)}
+
+
 def dropped_by_broker(*, now: datetime) -> dict[str, Any]:
     """A queued job whose message the broker dropped past its delivery limit: dead
     with reason `delivery_limit` (RabbitMQ's x-delivery-limit, docs/brokers.md)."""
@@ -179,13 +186,23 @@ def requeued(*, now: datetime, max_attempts: int) -> dict[str, Any]:
     }
 
 
-def submitted(*, delayed: bool, run_after: datetime | None, **columns: Any) -> Job:
-    """A new job row (unsaved): `delayed` until `run_after`, else queued; `columns` the rest."""
+def submitted(
+    *,
+    delayed: bool,
+    run_after: datetime | None,
+    held_by: Waiting | None = None,
+    held_until: datetime | None = None,
+    **columns: Any,
+) -> Job:
+    """A new job row (unsaved): `delayed` until `run_after`, else queued (held, unpublished,
+    when `held_by` says why: an open fuse, a rate limit with its reserved start
+    `held_until`); `columns` the rest."""
+    why = waiting.for_run_after(run_after=run_after) if delayed else held_by
     return Job(
         status=JobStatus.DELAYED if delayed else JobStatus.QUEUED,
         run_after=run_after,
-        next_attempt_at=run_after if delayed else None,
-        **waiting.fields(waiting.for_run_after(run_after=run_after) if delayed else None),
+        next_attempt_at=run_after if delayed else held_until,
+        **waiting.fields(why),
         **columns,
     )
 

@@ -45,6 +45,8 @@ def cancel(ref: JobRef, *, effects: Effects) -> Moved:
         was = job.status
         job.save(update_fields=changes.apply(job, changes.cancelled(now=selectors.database_now())))
     effects.send(events.job_completed, job=job)
+    if was == JobStatus.RUNNING:
+        effects.slot_freed(job)
     return Moved(job=job, was=was)
 
 

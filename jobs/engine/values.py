@@ -238,6 +238,9 @@ class Effects:
 
     events: list[tuple[Signal, dict[str, Any]]] = field(default_factory=list)
     calls: list[Callable[[], Any]] = field(default_factory=list)
+    # Jobs whose live attempt the operation ended (or, on PostgreSQL's finish, whose limited
+    # kind has a job waiting for a slot): their concurrency slot is handed off after commit.
+    freed: list[Job] = field(default_factory=list)
 
     def send(self, signal: Signal, **kwargs: Any) -> None:
         """Send `signal` (sender Job) with `kwargs` after commit."""
@@ -246,3 +249,9 @@ class Effects:
     def call(self, fn: Callable[[], Any]) -> None:
         """Call `fn` after commit."""
         self.calls.append(fn)
+
+    def slot_freed(self, job: Job) -> None:
+        """`job` no longer holds a concurrency slot (its attempt ended, it was cancelled while
+        running): the engine's boundary hands the slot to the oldest job waiting for it, if
+        its kind has a limit (jobs.engine.limiting.hand_off)."""
+        self.freed.append(job)

@@ -42,7 +42,10 @@ class Prune(Kind):
         result = retention.prune(
             retention=config,
             should_stop=lambda: ctx.cancelled or ctx.remaining() < MARGIN_SECONDS,
-            sleep=ctx.cancel_event.wait,
+            # A rest never runs past the margin: the stop check after it must come in time.
+            sleep=lambda seconds: ctx.cancel_event.wait(
+                max(0.0, min(seconds, ctx.remaining() - MARGIN_SECONDS))
+            ),
         )
         ctx.progress(1, 1, f"pruned {sum(result.jobs.values())} jobs")
         return result.as_dict()

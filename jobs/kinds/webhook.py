@@ -181,7 +181,8 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 class WebhookDeliver(Kind):
     name = "webhook.deliver"
     payload_serializer = WebhookPayload
-    policy = Policy(max_attempts=6, soft_time_limit=75, hard_time_limit=90)
+    # One fuse per destination host once turned on (`{"webhook.deliver": {"fuse": true}}`).
+    policy = Policy(max_attempts=6, soft_time_limit=75, hard_time_limit=90, fuse_key="url")
 
     def run(self, payload: dict[str, Any], ctx: AttemptContext) -> Any:
         """POST the body once. Returns {"status_code", "elapsed_seconds"} on 2xx.

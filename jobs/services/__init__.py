@@ -25,6 +25,7 @@ from jobs.services.attempt_finish import (
 from jobs.services.attempt_start import attempt_start
 from jobs.services.audit import job_action_record
 from jobs.services.dead_letters import dead_letters_record
+from jobs.services.fuse_ops import fuse_release, fuse_reset, fuse_trip, fuses_list
 from jobs.services.lifecycle import job_cancel, job_requeue, job_retry_now, requeue_max_attempts
 from jobs.services.lost_messages import (
     Suspect,
@@ -40,7 +41,15 @@ from jobs.services.outcomes import (
 )
 from jobs.services.ownership import job_cancel_for, job_requeue_for, job_retry_now_for
 from jobs.services.submission import job_publish, job_submit, jobs_publish, request_fingerprint
-from jobs.services.sweeps import leases_expire, outbox_reopen, outbox_sweep, retries_promote_due
+from jobs.services.sweeps import (
+    concurrency_release,
+    held_release,
+    leases_expire,
+    outbox_reopen,
+    outbox_sweep,
+    rate_release,
+    retries_promote_due,
+)
 from jobs.services.worker_loss import attempt_worker_lost
 
 __all__ = [
@@ -62,6 +71,13 @@ __all__ = [
     "attempt_memory_limit_end",
     "attempt_start",
     "attempt_worker_lost",
+    "concurrency_release",
+    "fuse_release",
+    "fuse_reset",
+    "fuse_trip",
+    "fuses_list",
+    "held_release",
+    "rate_release",
     "leases_expire",
     "lost_message_suspects",
     "lost_messages_republish",

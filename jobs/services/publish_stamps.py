@@ -49,6 +49,7 @@ from django.db.models.functions import Coalesce, Least, Now
 
 from jobs.db import close_connections, is_unavailable, run_with_reconnect
 from jobs.models import Attempt, Job, JobStatus
+from jobs.waiting import HELD_REASONS
 
 logger = logging.getLogger(__name__)
 
@@ -112,10 +113,17 @@ def write_stamps(stamps: Iterable[tuple[uuid.UUID, int]]) -> int:
             "started_at"
         )[:1]
     )
-    return Job.objects.filter(waiting, published_at__isnull=True).update(
-        published_at=Case(
-            When(status=JobStatus.QUEUED, then=Now()),
-            default=Least(Now(), Coalesce(started, Now())),
+    # A row a pause, a concurrency or rate limit or a fuse held after its publish stays unpublished
+    # (jobs.engine.pausing, jobs.engine.limiting, jobs.engine.rating, jobs.engine.fusing).
+    held = Q(waiting_reason__in=HELD_REASONS)
+    return (
+        Job.objects.filter(waiting, published_at__isnull=True)
+        .exclude(held)
+        .update(
+            published_at=Case(
+                When(status=JobStatus.QUEUED, then=Now()),
+                default=Least(Now(), Coalesce(started, Now())),
+            )
         )
     )
 
@@ -155,6 +163,14 @@ class StampWriter:
             self._pending.append((job_id, attempt))
             if len(self._pending) == 1:
                 self._wake.notify_all()
+
+    def start(self) -> None:
+        """Start the writer thread now rather than at the first `add`.
+
+        Raises RuntimeError when the thread cannot be started.
+        """
+        with self._lock:
+            self._ensure_thread()
 
     def pending(self) -> int:
         """Stamps queued or being written, not yet committed."""
@@ -233,6 +249,16 @@ def defer_stamp(job_id: uuid.UUID, attempt: int) -> None:
     could be started; the stamp is then not queued.
     """
     _writer.add(job_id, attempt)
+
+
+def start_stamp_writer() -> None:
+    """Start this process's writer thread now (a worker child calls it at birth).
+
+    Otherwise the first `defer_stamp` starts it; starting at birth keeps a
+    child's thread count the same over its life. Raises RuntimeError when
+    the thread cannot be started.
+    """
+    _writer.start()
 
 
 def flush_stamps(timeout: float = EXIT_FLUSH_SECONDS) -> bool:

@@ -18,7 +18,7 @@ from django.db.models.functions import Now
 from rest_framework.exceptions import ValidationError
 
 from config.celery_app import app
-from jobs import broker, clock, engine, events, selectors, task_names
+from jobs import broker, clock, engine, events, fuse_gate, selectors, task_names
 from jobs.db import close_connections, is_unavailable
 from jobs.engine.values import SubmitResult
 from jobs.errors import IdempotencyConflict, InvalidSubmission, QueueFull
@@ -153,9 +153,20 @@ def job_submit(
     policy = policy_for(kind)
     now = clock.now()
     delayed = run_after is not None and run_after > now
+    # A kind whose fuse is open, or whose rate holds older jobs: recorded held, nothing
+    # published (the leader releases it: at once when the fuse closes, at its reserved start).
+    held_by = None if delayed else fuse_gate.holding_new(kind, validated, policy)
+    held_until = None
+    if not delayed and held_by is None and policy.rate is not None:
+        rated = engine.current().held_at_submit(kind, validated, now=now)
+        if rated is not None:
+            held_by, held_until = rated
+    unpublished = delayed or held_by is not None
     job = engine.current().submitted(
         delayed=delayed,
         run_after=run_after,
+        held_by=held_by,
+        held_until=held_until,
         kind=kind,
         queue=queue,
         priority=priority,
@@ -177,7 +188,7 @@ def job_submit(
                 stamped_at = _insert_returning_clock(job)
 
             def committed() -> None:
-                if not delayed:
+                if not unpublished:
                     _publish(job, stamped_at=stamped_at, deferred_stamp=True)
                 events.job_submitted.send(sender=Job, job=job)
 
@@ -192,7 +203,7 @@ def job_submit(
         else:
             with transaction.atomic():
                 job.save(force_insert=True)
-                if not delayed:
+                if not unpublished:
                     transaction.on_commit(lambda: job_publish(job_id=job.id))
                 transaction.on_commit(lambda: events.job_submitted.send(sender=Job, job=job))
     except IntegrityError:

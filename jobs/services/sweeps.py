@@ -1,4 +1,5 @@
-"""The scheduler's passes: due retries, the outbox, expired leases (row changes: jobs.engine)."""
+"""The scheduler's passes: due retries, the outbox, expired leases, jobs held by a pause that
+ended (row changes: jobs.engine)."""
 
 from __future__ import annotations
 
@@ -22,18 +23,54 @@ def retries_promote_due(*, now: datetime | None = None, limit: int = 500, claime
 
     The rows are claimed for `claimer` (jobs.outbox_claim) in the same
     UPDATE, so no outbox sweep publishes them meanwhile; what the broker
-    refused is released for the sweep. Returns how many were promoted. Safe
+    refused is released for the sweep; those of a paused kind or queue are
+    held, not published (jobs.engine.pausing). Returns how many were promoted. Safe
     to run in several schedulers at once.
     """
     with transaction.atomic():
         ids = engine.current().promote_due(Sweep(now=now, limit=limit, claimer=claimer))
         if ids:
-            transaction.on_commit(lambda: _publish_claimed(job_ids=ids, claimer=claimer))
+            # Due work of a paused kind or queue is queued but held, never published.
+            publish = engine.current().hold_paused(ids)
+            transaction.on_commit(lambda: publish_claimed(job_ids=publish, claimer=claimer))
     return len(ids)
 
 
-def _publish_claimed(*, job_ids: list[uuid.UUID], claimer: str) -> int:
-    """jobs_publish, then release `claimer`'s claims on the rows it did not publish.
+def held_release(*, limit: int = 500, claimer: str = "") -> int:
+    """Publish up to `limit` jobs held by a pause that has ended; returns how many were released.
+
+    The leader calls it every tick, so a resumed kind or queue starts within one tick.
+    Costs one read of the (partial-indexed) held rows when nothing is held.
+    """
+    ids = engine.current().release_held(Sweep(limit=limit, claimer=claimer))
+    if ids:
+        published = publish_claimed(job_ids=ids, claimer=claimer)
+        logger.info("resumed: published %s of %s held jobs", published, len(ids))
+    return len(ids)
+
+
+def concurrency_release(*, limit: int = 500, claimer: str = "") -> int:
+    """Publish the oldest jobs held for a concurrency slot into the slots free now; returns how
+    many (and those held for a limit their kind no longer has). The leader calls it every
+    tick; one read of the (partial-indexed) waiting rows when none wait."""
+    ids = engine.current().release_waiting(Sweep(limit=limit, claimer=claimer))
+    if ids:
+        publish_claimed(job_ids=ids, claimer=claimer)
+    return len(ids)
+
+
+def rate_release(*, limit: int = 500, claimer: str = "") -> int:
+    """Publish the jobs held for a rate limit whose reserved start has come; returns how many
+    were released. The leader's pacer calls it at each reserved start (jobs.rate_pacer)."""
+    ids = engine.current().release_rate_due(Sweep(limit=limit, claimer=claimer))
+    if ids:
+        publish_claimed(job_ids=ids, claimer=claimer)
+    return len(ids)
+
+
+def publish_claimed(*, job_ids: list[uuid.UUID], claimer: str) -> int:
+    """jobs_publish, then release `claimer`'s claims on the rows it did not publish (also the
+    engine's publish of a concurrency hand-off: jobs.apps).
 
     Never raises for a lost database connection: unreleased claims run out
     after JOBS_OUTBOX_CLAIM_SECONDS.
@@ -55,8 +92,11 @@ def outbox_sweep(*, now: datetime | None = None, limit: int = 500, claimer: str 
     """
     before = unpublished_before(now or selectors.database_now())
     ids = outbox_claim.claim_unpublished(claimer=claimer, enqueued_before=before, limit=limit)
+    # Rows of a paused kind or queue are held, not published (the leader's release
+    # publishes them after the resume).
+    ids = engine.current().hold_paused(ids)
     # Stops at the first refused publish (the broker is down): the rest on the next pass.
-    published = _publish_claimed(job_ids=ids, claimer=claimer)
+    published = publish_claimed(job_ids=ids, claimer=claimer)
     if ids:
         logger.info("outbox sweep published %s of %s unpublished jobs", published, len(ids))
     return published

@@ -6,13 +6,15 @@ import logging
 import time
 from collections.abc import Iterator
 
+from django.conf import settings
 from django.db import close_old_connections, connection
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from jobs import budget, selectors
+from jobs import budget, clock, pauses, selectors
 from jobs.kinds.registry import kind_names
 from jobs.leadership import Leadership
+from jobs.reasons import PauseScope
 from observability.metrics import scrape_family
 
 logger = logging.getLogger(__name__)
@@ -116,3 +118,31 @@ class LeaderCollector(Collector):
         leader = scrape_family("jobs_scheduler_leader")
         leader.add_metric([], 1.0 if self.leadership.leading else 0.0)
         yield leader
+
+
+class PauseCollector(Collector):
+    """jobs_paused{scope, name} and jobs_paused_seconds{scope, name}: every registered kind
+    and configured queue (0 while not paused), and any other name a pause names.
+
+    One read of the Pause table per scrape (jobs.pauses), ages by the
+    database's clock (jobs.clock). The alert JobsPausedTooLong reads the age.
+    Nothing is exported when the database cannot be read.
+    """
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        paused = scrape_family("jobs_paused")
+        since = scrape_family("jobs_paused_seconds")
+        try:
+            now = clock.now()
+            ages = {
+                (row.scope, row.name): max(0.0, (now - row.paused_at).total_seconds())
+                for row in pauses.pauses_active()
+            }
+            names = {(PauseScope.KIND.value, kind) for kind in kind_names()}
+            names |= {(PauseScope.QUEUE.value, queue) for queue in settings.JOBS_QUEUES}
+            for key in sorted(names | set(ages)):
+                paused.add_metric(list(key), 1.0 if key in ages else 0.0)
+                since.add_metric(list(key), ages.get(key, 0.0))
+        except Exception as exc:  # a scrape reports what it can
+            logger.warning("pause collection failed: %s: %s", type(exc).__name__, exc)
+        yield from (paused, since)

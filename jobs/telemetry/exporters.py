@@ -23,7 +23,15 @@ from prometheus_client import (
 from jobs import fork_gate
 from jobs.leadership import Leadership
 from jobs.telemetry.backlog import BacklogCollector
-from jobs.telemetry.collectors import LeaderCollector, QueueDepthCollector, RetryBudgetCollector
+from jobs.telemetry.collectors import (
+    LeaderCollector,
+    PauseCollector,
+    QueueDepthCollector,
+    RetryBudgetCollector,
+)
+from jobs.telemetry.concurrency import ConcurrencyCollector
+from jobs.telemetry.fuses import FuseCollector
+from jobs.telemetry.rates import RateCollector
 from jobs.telemetry.schedules import ScheduleOverdueCollector
 from observability.exporter import register_process_series, serve_gated, worker_registry
 from observability.probes import DependencyCollector
@@ -102,12 +110,16 @@ def start_scheduler_exporter(
 
 def web_registry() -> CollectorRegistry:
     """Registry of the web's /metrics: gunicorn workers' files, queue depth, jobs_backlog, the
-    retry budget, and its probes of the broker and the database."""
+    retry budget, pauses, concurrency and rate limits, and its probes of the broker and the database."""
     registry = CollectorRegistry()
     register_process_series(registry)
     registry.register(QueueDepthCollector())
     registry.register(BacklogCollector())
     registry.register(RetryBudgetCollector())
+    registry.register(PauseCollector())
+    registry.register(ConcurrencyCollector())
+    registry.register(FuseCollector())
+    registry.register(RateCollector())
     # The app config.celery_app built (importing it here would be a cycle: it imports
     # observability); `config` loads it in every process with Django settings.
     registry.register(DependencyCollector(current_app))

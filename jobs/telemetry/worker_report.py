@@ -29,7 +29,16 @@ def build_report(worker: Any, *, memory: dict[str, Any] | None = None) -> dict[s
         "main_rss_bytes": memory["main_rss_bytes"],
         "max_memory_per_child_bytes": memory["max_memory_per_child_bytes"],
         "recycled": recycled_by_reason(),
+        "queues": consumed_queues(worker),
     }
+
+
+def consumed_queues(worker: Any) -> list[str]:
+    """The queues this worker consumes (its -Q, else the app's task queues); [] when unknown."""
+    try:
+        return sorted(worker.app.amqp.queues.consume_from or worker.app.amqp.queues)
+    except Exception:  # a report is best-effort
+        return []
 
 
 class ReportWriter(threading.Thread):

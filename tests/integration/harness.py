@@ -8,16 +8,15 @@ stops each process by pid, stops the redis-server and drops the database,
 whether the test passed or not.
 
 The fixtures in conftest.py wrap it; test modules import the constants and
-types from here.
+types from here. The template database and users are made by
+tests.integration.platform_seed.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
-import tempfile
 import uuid
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -26,23 +25,22 @@ from typing import Any
 
 import kombu
 import psycopg
-import pytest
 import redis
 import requests
 from amqp import exceptions as amqp_exceptions
 
 from config.env import env
-from devstack.postgres import (
-    POSTGRES_DEFAULT_URL,
-    create_database,
-    drop_database,
-    ensure_postgres,
-    postgres_reachable,
-)
+from devstack.postgres import create_database, drop_database
 from devstack.processes import Process, Stack
-from devstack.rabbitmq import Vhost, rabbitmq_reachable, rabbitmqctl
+from devstack.rabbitmq import Vhost, rabbitmqctl
 from devstack.services import RedisServer, free_port, wait_for
 from devstack.stall_proxy import StallProxy
+from tests.integration.platform_seed import (
+    USERS_SCRIPT,
+    migrated_template,
+    require_postgres,
+    require_rabbitmq,
+)
 
 # Policy overrides of the shared platform: demo.flaky retries quickly, so the
 # retry tests take seconds. Tests read these numbers back from here.
@@ -107,6 +105,11 @@ class Platform:
     session: requests.Session = field(default_factory=requests.Session)
 
     # -- the broker ----------------------------------------------------------------
+    @property
+    def broker_url(self) -> str:
+        """CELERY_BROKER_URL of this platform's processes (Redis, its proxy, or a vhost)."""
+        return self.stack.env["CELERY_BROKER_URL"]
+
     def broker_messages(self, queue: str = "default") -> tuple[int, int]:
         """(ready, unacknowledged) messages of `queue`, read from the broker itself.
 
@@ -208,7 +211,7 @@ class Platform:
         """Create users {name: {"staff": bool, "perms": [codename], "password": str}}
         in one `manage.py shell`; returns {name: API token}."""
         out = self.stack.run(
-            ["python", "manage.py", "shell", "-c", _USERS_SCRIPT % json.dumps(users)],
+            ["python", "manage.py", "shell", "-c", USERS_SCRIPT % json.dumps(users)],
             timeout=120,
         ).stdout
         for line in out.splitlines():
@@ -254,7 +257,7 @@ class PlatformFactory:
         broker = broker or DEFAULT_BROKER
         db_name = f"jobs_it_{name}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         admin_url = require_postgres()
-        template, token = _migrated_template(admin_url)
+        template, token = migrated_template(admin_url, BASE_ENV)
         database_url = create_database(db_name, admin_url=admin_url, template=template)
         self.exits.callback(drop_database, db_name, admin_url=admin_url)
         redis_server = RedisServer().start()
@@ -333,89 +336,3 @@ class PlatformFactory:
 
     def close(self) -> None:
         self.exits.close()
-
-
-# The integration user is an operator: staff with jobs.view_job and
-# jobs.change_job, so it sees and acts on every job (jobs.ownership), also
-# those submitted by commands or other users. test_ownership makes users
-# without them.
-_TOKEN_SCRIPT = """
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
-from rest_framework.authtoken.models import Token
-user, _ = get_user_model().objects.get_or_create(
-    username="integration", defaults={"is_staff": True}
-)
-user.user_permissions.add(*Permission.objects.filter(codename__in=["view_job", "change_job"]))
-print("TOKEN=" + Token.objects.get_or_create(user=user)[0].key)
-"""
-
-
-_USERS_SCRIPT = """
-import json
-from django.contrib.auth.models import Permission, User
-from rest_framework.authtoken.models import Token
-tokens = {}
-for name, spec in json.loads(%r).items():
-    user = User.objects.create_user(
-        name, password=spec.get("password"), is_staff=spec.get("staff", False)
-    )
-    user.user_permissions.add(*Permission.objects.filter(codename__in=spec.get("perms", [])))
-    tokens[name] = Token.objects.create(user=user).key
-print("TOKENS=" + json.dumps(tokens))
-"""
-
-
-_templates: dict[str, tuple[str, str]] = {}
-
-
-def _migrated_template(admin_url: str) -> tuple[str, str]:
-    """(name, token) of this session's migrated database with the integration user's token.
-
-    Made once per test process: every platform's database is a copy of it
-    (create_database's `template`), saving `migrate` and the token's
-    `manage.py shell` (~4 s) per platform; dropped when the process exits.
-    """
-    if admin_url not in _templates:
-        name = f"jobs_it_template_{os.getpid()}"
-        url = create_database(name, admin_url=admin_url)
-        atexit.register(_drop_template, name, admin_url)
-        with tempfile.TemporaryDirectory(prefix="jobs-it-template-") as logdir:
-            stack = Stack(env={**BASE_ENV, "DATABASE_URL": url}, logdir=Path(logdir))
-            stack.run(["python", "manage.py", "migrate", "--no-input"], timeout=300)
-            token = _create_token(stack)
-        _templates[admin_url] = (name, token)
-    return _templates[admin_url]
-
-
-def _drop_template(name: str, admin_url: str) -> None:
-    # A test's private server (test_faults_database_outage) is gone by exit time.
-    if postgres_reachable(admin_url):
-        drop_database(name, admin_url=admin_url)
-
-
-def _create_token(stack: Stack) -> str:
-    out = stack.run(["python", "manage.py", "shell", "-c", _TOKEN_SCRIPT], timeout=120).stdout
-    for line in out.splitlines():
-        if line.startswith("TOKEN="):
-            return line.removeprefix("TOKEN=").strip()
-    raise RuntimeError(f"no token in manage.py shell output:\n{out}")
-
-
-def require_postgres() -> str:
-    """Admin URL of PostgreSQL: the one at 127.0.0.1:5432, else an embedded one (pgserver)."""
-    try:
-        return ensure_postgres(env.str("TEST_POSTGRES_URL", default=POSTGRES_DEFAULT_URL))
-    except RuntimeError as exc:
-        pytest.fail(
-            f"integration tests need PostgreSQL at {POSTGRES_DEFAULT_URL} (user postgres, "
-            f"trust auth) or the pgserver package: {exc}",
-            pytrace=False,
-        )
-
-
-def require_rabbitmq(vhost: Vhost) -> Vhost:
-    """Create `vhost` on the machine's RabbitMQ; skip the test when none answers."""
-    if not rabbitmq_reachable(vhost.server_url):
-        pytest.skip(f"no RabbitMQ at {vhost.server_url}")
-    return vhost.create()

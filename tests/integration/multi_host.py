@@ -149,6 +149,7 @@ class Cluster:
     workers: list[Host] = field(default_factory=list)
     webs: list[Host] = field(default_factory=list)
     clients: list[Platform] = field(default_factory=list)
+    worker_concurrency: int = 2
     _turn: itertools.count = field(default_factory=itertools.count)
 
     # -- the API, round robin over the web hosts ---------------------------------------
@@ -192,7 +193,10 @@ class Cluster:
     def start_worker(self, host: Host) -> Process:
         """(Re)start `host`'s worker, node name `host.node`; returns once it is ready."""
         host.worker = host.stack.start_worker(
-            concurrency=2, timeout=180, log_name=f"worker-{host.name}", hostname=host.node
+            concurrency=self.worker_concurrency,
+            timeout=180,
+            log_name=f"worker-{host.name}",
+            hostname=host.node,
         )
         return host.worker
 
@@ -250,6 +254,17 @@ def _service_ports(env: dict[str, str]) -> list[int]:
     return sorted(ports)
 
 
+def start_second_workers(cluster: Cluster, *, concurrency: int = 4) -> None:
+    """Start a second worker of `concurrency` children on each worker host of `cluster`."""
+    for host in cluster.workers:
+        host.stack.start_worker(
+            concurrency=concurrency,
+            timeout=180,
+            log_name=f"worker-{host.name}-b",
+            hostname=f"{host.name}b@{host.address}",
+        )
+
+
 def build_cluster(
     factory: PlatformFactory,
     broker: str,
@@ -257,15 +272,19 @@ def build_cluster(
     env: dict[str, str],
     worker_skews: tuple[int, ...] = (0, 0, 0),
     web_hosts: int = 2,
+    worker_concurrency: int = 2,
+    extra_ports: tuple[int, ...] = (),
 ) -> Cluster:
     """A platform on `broker` with one worker host per entry of `worker_skews` (its clock's
-    offset in seconds, the skewed_clock shim) and `web_hosts` hosts running web + scheduler."""
+    offset in seconds, the skewed_clock shim), each worker of `worker_concurrency` children,
+    and `web_hosts` hosts running web + scheduler. Every host reaches the machine's
+    127.0.0.1 services, and `extra_ports` (a test's own server) too, at its 127.0.0.1."""
     platform = factory(
         f"hosts_{broker[:3]}", env=env, web=False, worker=False, scheduler=False, broker=broker
     )
-    cluster = Cluster(platform=platform, broker=broker)
+    cluster = Cluster(platform=platform, broker=broker, worker_concurrency=worker_concurrency)
     base = platform.stack.env
-    ports = _service_ports(base)
+    ports = sorted({*_service_ports(base), *extra_ports})
     factory.exits.callback(cluster.close)
 
     def make_host(name: str, extra: dict[str, str]) -> Host:

@@ -22,7 +22,7 @@ OLD = 20_000
 
 
 @pytest.mark.integration
-@pytest.mark.slow
+@pytest.mark.soak  # on demand (`pytest -m soak`), like the other benchmarks' quick sizes
 @pytest.mark.timeout(420)
 def test_prune_scale_small_prunes_every_old_job_in_bounded_batches() -> None:
     require_postgres()

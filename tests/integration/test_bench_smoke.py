@@ -2,8 +2,9 @@
 
 The default run covers P1 (PostgreSQL; stock tracked and defaults; the
 Django + django-celery-results anchor with and without CELERY_DB_REUSE_MAX)
-and P2 (with the hand-written Django app) in about a minute; the other benchmarks' quick sizes run under `pytest -m soak`
-(each starts several platforms, together a few minutes on 2 cores).
+and P2 (with the hand-written Django app) in about a minute. Like the other
+benchmarks' quick sizes it runs under `pytest -m soak`, on demand, not in CI
+(`.ci/run` is at its 45-minute budget).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def median_of(out: str, bench: str, variant: str) -> float:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.slow
+@pytest.mark.soak
 def test_quick_p1_p2_print_numbers_and_verdicts() -> None:
     out = run_bench("p1", "p2", "--db", "postgres", timeout=170)
     for variant in (

@@ -19,7 +19,8 @@ import pytest
 
 from devstack.postgres import create_database, drop_database
 from devstack.processes import Stack
-from tests.integration.harness import BASE_ENV, _migrated_template, require_postgres
+from tests.integration.harness import BASE_ENV, require_postgres
+from tests.integration.platform_seed import migrated_template
 
 _SCRIPT = """
 import json, os
@@ -53,22 +54,33 @@ for name, report in {
         )
         end = the_engine.finish(AttemptRef(job_id=job.id, number=1, started=started), report)
     counts[name] = [end.status, [q["sql"].split()[0] for q in queries.captured_queries]]
+    counts["admit"] = any("jobs_concurrency_admit" in q["sql"] for q in queries.captured_queries)
+    counts["fused"] = "jobs_fuse" in queries.captured_queries[0]["sql"]
+with connection.cursor() as cursor:
+    cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE 'WITH%%'")
+    counts["prepared"] = cursor.fetchone()[0]
 print("COUNTS=" + json.dumps(counts))
 """
 
 
-@pytest.mark.timeout(300)
-def test_engine_statements_per_attempt_on_postgres_are_two() -> None:
+def _shell_in_fresh_database(script: str, label: str, env: dict[str, str] | None = None) -> str:
+    """stdout of `manage.py shell -c script` on a new migrated PostgreSQL database, dropped after
+    (`env` added to the shell's environment)."""
     admin_url = require_postgres()
-    template, _token = _migrated_template(admin_url)
-    name = f"jobs_it_statements_{uuid.uuid4().hex[:8]}"
+    template, _token = migrated_template(admin_url, BASE_ENV)
+    name = f"jobs_it_{label}_{uuid.uuid4().hex[:8]}"
     url = create_database(name, admin_url=admin_url, template=template)
     try:
-        with tempfile.TemporaryDirectory(prefix="jobs-it-statements-") as logdir:
-            stack = Stack(env={**BASE_ENV, "DATABASE_URL": url}, logdir=Path(logdir))
-            out = stack.run(["python", "manage.py", "shell", "-c", _SCRIPT], timeout=120).stdout
+        with tempfile.TemporaryDirectory(prefix=f"jobs-it-{label}-") as logdir:
+            stack = Stack(env={**BASE_ENV, "DATABASE_URL": url, **(env or {})}, logdir=Path(logdir))
+            return stack.run(["python", "manage.py", "shell", "-c", script], timeout=120).stdout
     finally:
         drop_database(name, admin_url=admin_url)
+
+
+@pytest.mark.timeout(300)
+def test_engine_statements_per_attempt_on_postgres_are_two() -> None:
+    out = _shell_in_fresh_database(_SCRIPT, "statements")
     line = next(x for x in out.splitlines() if x.startswith("COUNTS="))
     counts = json.loads(line.removeprefix("COUNTS="))
 
@@ -76,3 +88,90 @@ def test_engine_statements_per_attempt_on_postgres_are_two() -> None:
     # one WITH ... UPDATE/INSERT for the start, one WITH ... UPDATE for the finish
     assert counts["succeeded"] == ["succeeded", ["WITH", "WITH"]]
     assert counts["dead"] == ["dead", ["WITH", "WITH"]]
+    assert counts["admit"] is False  # no kind has a limit: the start statement of old
+    assert counts["fused"] is False  # no kind has a fuse: the lease of old
+    # JOBS_ENGINE_PREPARED (default on): both prepared once on the connection, run by name
+    assert counts["prepared"] == 2
+
+
+@pytest.mark.timeout(300)
+def test_engine_statements_with_a_concurrency_limit_are_still_two() -> None:
+    # demo.flaky limited (issue 24 item 1): the check runs inside the start statement
+    # (jobs_concurrency_admit), so an attempt under the limit still costs two statements.
+    env = {"JOBS_KIND_OVERRIDES": json.dumps({"demo.flaky": {"concurrency": 5}})}
+    out = _shell_in_fresh_database(_SCRIPT, "statements_limited", env)
+    line = next(x for x in out.splitlines() if x.startswith("COUNTS="))
+    counts = json.loads(line.removeprefix("COUNTS="))
+
+    assert counts["succeeded"] == ["succeeded", ["WITH", "WITH"]]
+    assert counts["dead"] == ["dead", ["WITH", "WITH"]]
+    assert counts["admit"] is True  # the limited statement (start_limited) ran
+
+
+_ALTERED_SCRIPT = """
+import json, os
+import psycopg
+from jobs import clock, engine
+from jobs.engine.backends import pg_statement
+from jobs.kinds import policy_for
+
+the_engine = engine.current()
+job = the_engine.submitted(
+    delayed=False, run_after=None, kind="demo.flaky", queue="default",
+    payload={"fail_times": 0}, max_attempts=policy_for("demo.flaky").max_attempts,
+    enqueued_at=clock.now(),
+)
+job.save(force_insert=True)
+query = "SELECT jobs_job.*, 1 AS x FROM jobs_job WHERE id = %(id)s"
+first = pg_statement.run(query, {"id": str(job.id)})
+runs = []
+original = pg_statement._run
+pg_statement._run = lambda *args: runs.append(1) or original(*args)
+# Another session's migration (on this connection, psycopg would drop its prepared statements).
+with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as other:
+    other.execute("ALTER TABLE jobs_job ADD COLUMN zz_added integer")
+again = pg_statement.run(query, {"id": str(job.id)})
+print("ALTERED=" + json.dumps(
+    {"same": first[0].pk == again[0].pk, "other": again[1], "runs": len(runs)}
+))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_prepared_statement_survives_a_changed_table() -> None:
+    out = _shell_in_fresh_database(_ALTERED_SCRIPT, "prepared")
+    line = next(x for x in out.splitlines() if x.startswith("ALTERED="))
+    # The first run failed on the stale prepared statement (nothing written), the second ran.
+    assert json.loads(line.removeprefix("ALTERED=")) == {
+        "same": True,
+        "other": {"zz_added": None, "x": 1},  # a column the model lacks: left aside
+        "runs": 2,
+    }
+
+
+@pytest.mark.timeout(300)
+def test_engine_statements_with_a_fuse_on_another_kind_are_still_two() -> None:
+    # demo.sleep has a fuse (issue 24 item 3): demo.flaky, without one, keeps two statements
+    # (the start's `_lease_fused` gives it its lease at once, without reading jobs_fuse).
+    env = {"JOBS_KIND_OVERRIDES": json.dumps({"demo.sleep": {"fuse": True}})}
+    out = _shell_in_fresh_database(_SCRIPT, "statements_fused_other", env)
+    counts = json.loads(next(x for x in out.splitlines() if x.startswith("COUNTS="))[7:])
+    assert counts["fused"] is True  # the start with `_lease_fused` (its first branch here)
+
+    assert counts["succeeded"] == ["succeeded", ["WITH", "WITH"]]
+    assert counts["dead"] == ["dead", ["WITH", "WITH"]]
+
+
+@pytest.mark.timeout(300)
+def test_engine_statements_of_a_kind_with_a_fuse() -> None:
+    # demo.flaky has a fuse, closed: its start is still the one statement (its lease, negated in
+    # the map, holds while none of its fuses is open: `_lease` in postgres.sql), its finish too,
+    # and its end is counted in the fuse after the finish commits (BEGIN, SELECT ... FOR
+    # UPDATE, UPDATE, COMMIT): six statements an attempt.
+    env = {"JOBS_KIND_OVERRIDES": json.dumps({"demo.flaky": {"fuse": True}})}
+    out = _shell_in_fresh_database(_SCRIPT, "statements_fused", env)
+    counts = json.loads(next(x for x in out.splitlines() if x.startswith("COUNTS="))[7:])
+
+    counted = ["BEGIN", "SELECT", "UPDATE", "COMMIT"]
+    assert counts["succeeded"] == ["succeeded", ["WITH", "WITH", *counted]]
+    assert counts["dead"] == ["dead", ["WITH", "WITH", *counted]]

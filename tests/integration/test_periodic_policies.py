@@ -120,22 +120,22 @@ def _overlap_count(metrics_url: str, name: str) -> float | None:
 def test_schedule_longer_than_its_interval_skip_while_live_never_overlaps(
     platform_factory: Callable[..., Platform],
 ) -> None:
-    # given a schedule every 2 s whose job sleeps 5 s, skipping ticks while its job is live
+    # given a schedule every 1 s whose job sleeps 3 s, skipping ticks while its job is live
     schedules = {
-        "slow-job": {"kind": "demo.sleep", "payload": {"seconds": 5}, "every": 2, "overlap": "skip"}
+        "slow-job": {"kind": "demo.sleep", "payload": {"seconds": 3}, "every": 1, "overlap": "skip"}
     }
     platform = platform_factory("periodic_overlap", web=False, env=schedules_env(schedules))
 
-    # when it runs for a while (6 jobs)
+    # when it runs for a while (4 jobs)
     wait_for(
         lambda: (
             platform.scalar(
                 "SELECT count(*) FROM jobs_job WHERE kind = 'demo.sleep' AND status = 'succeeded'"
             )
-            >= 6
+            >= 4
         ),
         timeout=150,
-        what="6 jobs of the schedule ran",
+        what="4 jobs of the schedule ran",
     )
 
     # then no two of its jobs were live at once (created .. finished never overlap)
@@ -150,7 +150,7 @@ def test_schedule_longer_than_its_interval_skip_while_live_never_overlaps(
     ticks = read_ticks(platform, "slow-job")
     skipped = sum(1 for t in ticks if t.outcome == "overlap")
     created = sum(1 for t in ticks if t.job_id is not None)
-    assert skipped >= created  # a 5 s job every 2 s: at least one skip per job
+    assert skipped >= created  # a 3 s job every 1 s: at least one skip per job
     wait_for(
         lambda: (
             _overlap_count(platform.scheduler_metrics_url, "slow-job")

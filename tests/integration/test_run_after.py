@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 import psutil
 import psycopg
 import pytest
-import redis
 
 from tests.integration.harness import Platform
 
@@ -29,16 +28,6 @@ def _worker_rss(platform: Platform) -> int:
     assert platform.worker is not None
     main = psutil.Process(platform.worker.pid)
     return main.memory_info().rss + sum(c.memory_info().rss for c in main.children())
-
-
-def _broker_messages(platform: Platform) -> int:
-    client = redis.Redis.from_url(platform.redis.url)
-    try:
-        return sum(
-            client.llen(key) for key in client.scan_iter("default*") if client.type(key) == b"list"
-        )
-    finally:
-        client.close()
 
 
 def _insert_delayed(platform: Platform, count: int, due: datetime) -> None:
@@ -82,7 +71,7 @@ def test_run_after_starts_on_time_and_waits_in_the_database(
     waiting = platform.job(job_id)
     assert waiting["status"] == "delayed", waiting
     assert waiting["waiting"]["reason"] == "run_after"
-    assert _broker_messages(platform) == 0
+    assert platform.broker_messages()[0] == 0
     assert platform.job_count(status="delayed") == WAITING_JOBS + 2
 
     # and one can be cancelled while it waits
@@ -105,5 +94,5 @@ def test_run_after_starts_on_time_and_waits_in_the_database(
         f"{rss_before / MIB:.1f} -> {rss_after / MIB:.1f} MiB with {WAITING_JOBS} jobs waiting"
     )
     assert growth <= RSS_SLACK, f"worker RSS grew {growth / MIB:.1f} MiB"
-    assert _broker_messages(platform) == 0
+    assert platform.broker_messages()[0] == 0
     assert platform.job(doomed)["status"] == "cancelled"

@@ -21,7 +21,7 @@ import pytest
 import redis
 
 from devstack.services import free_port, wait_for
-from jobs import budget
+from jobs import budget_lua
 from tests.integration.harness import Platform
 from tests.integration.test_failure_semantics import attempts
 from tests.integration.test_failure_semantics_broker import cancel, wait_attempt_started
@@ -54,7 +54,9 @@ def _assert_no_state_in_redis(platform: Platform) -> dict[str, int]:
     client = redis.Redis.from_url(platform.redis.url)
     for pattern in STATE_KEYS:
         assert client.keys(pattern) == [], pattern
-    assert client.script_exists(hashlib.sha1(budget._RESERVE.encode()).hexdigest()) == [False]
+    assert client.script_exists(hashlib.sha1(budget_lua.RESERVE_SCRIPT.encode()).hexdigest()) == [
+        False
+    ]
     stats = client.info("commandstats")
     sent = {name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()}
     assert not STATE_COMMANDS & set(sent), sent

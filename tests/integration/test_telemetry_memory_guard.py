@@ -154,11 +154,16 @@ def test_memory_guard_hard_limit_ends_the_attempt_not_the_neighbour_nor_the_work
     assert samples.total("jobs_worker_children_recycled_total", reason="worker_lost") == 0
     assert samples.total("jobs_memory_limits_hit_total", kind="demo.allocate", limit="hard") == 1
     assert samples.total("jobs_attempts_total", outcome="memory_limit") == 1
-    # and each live child reports what it owns: far below its RSS, which
+    # and each live child reports what it owns (a fresh child at its start,
+    # a moment after the fork that made it a child): far below its RSS, which
     # counts the pages it shares with the main process
-    owned = samples.series("jobs_worker_child_owned_bytes")
     live = {str(c.pid) for c in worker.children()}
-    assert {dict(labels)["pid"] for labels in owned} == live, owned
+
+    def owned_by_every_child() -> dict | None:
+        found = scrape(guarded.worker_metrics_url).series("jobs_worker_child_owned_bytes")
+        return found if {dict(labels)["pid"] for labels in found} == live else None
+
+    owned = wait_for(owned_by_every_child, timeout=10, interval=0.2, what=f"owned bytes of {live}")
     assert all(0 < value < 100 * MIB for value in owned.values()), owned
 
 

@@ -114,10 +114,11 @@ def test_inspect_stats_shows_memory_block_per_live_child(
 @pytest.mark.integration
 @pytest.mark.timeout(300)
 def test_jobs_dump_returns_each_childs_rss_stacks_and_top_allocations(
-    platform_factory: Callable[..., Platform], tmp_path: Path
+    broker_platform_factory: Callable[..., Platform], tmp_path: Path
 ) -> None:
     # given a worker whose children trace allocations, one of them busy in a long attempt
-    platform = platform_factory(
+    # (on each broker: the dump is a broadcast and its replies travel through the broker)
+    platform = broker_platform_factory(
         "jobs_dump",
         env={**_isolated(tmp_path), "JOBS_TRACEMALLOC": "true"},
         scheduler=False,
@@ -130,7 +131,7 @@ def test_jobs_dump_returns_each_childs_rss_stacks_and_top_allocations(
     # when jobs_dump is asked from Python, for the top 5 allocation sites; "running"
     # is committed a few bytecodes before the kind's code is entered, so a dump
     # that lands in between is asked again (bounded), not counted as a miss
-    app = Celery(broker=platform.redis.url, set_as_current=False)
+    app = Celery(broker=platform.broker_url, set_as_current=False)
     try:
         give_up = time.monotonic() + 20.0
         while True:

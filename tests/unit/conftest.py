@@ -30,7 +30,7 @@ from devstack import netns
 from devstack.rebinding_dns import RebindingResolver
 from devstack.receiver import WebhookReceiver
 from devstack.services import RedisServer, free_port
-from jobs import broker
+from jobs import broker, worker_reports
 from jobs.broker_transport import Transport, UnavailableIsDisconnect
 from jobs.kinds import AttemptContext
 from jobs.kinds.csv_summary import CsvSummary
@@ -116,6 +116,20 @@ def job_factory(db: None, user: Any) -> Callable[..., Any]:
         return Job.objects.create(**{**defaults, **fields})
 
     return make
+
+
+@pytest.fixture
+def published(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The ids of the jobs the submission publishes, in order: its publish is recorded and
+    reported as sent instead of reaching the broker."""
+    sent: list[Any] = []
+
+    def publish(job: Job, **_: Any) -> bool:
+        sent.append(job.id)
+        return True
+
+    monkeypatch.setattr("jobs.services.submission._publish", publish)
+    return sent
 
 
 @pytest.fixture
@@ -306,3 +320,23 @@ def rebinding_dns() -> Iterator[Callable[..., Any]]:
     yield install
     for resolver in reversed(installed):
         resolver.uninstall()
+
+
+def report_worker(queues: list[str] | None) -> None:
+    """A live worker report listing `queues` (None: an older report without the list)."""
+    report: dict[str, Any] = {"hostname": f"w-{uuid.uuid4().hex[:6]}@box", "children": []}
+    if queues is not None:
+        report["queues"] = queues
+    worker_reports.write(report, ttl=60)
+
+
+@pytest.fixture
+def no_reports(private_broker: Any) -> Iterator[None]:
+    """No worker report in the (Redis) state store before and after the test."""
+    client = redis.Redis.from_url(private_broker.url)
+    for key in client.scan_iter("jobs:worker-report*"):
+        client.delete(key)
+    yield
+    for key in client.scan_iter("jobs:worker-report*"):
+        client.delete(key)
+    client.close()

@@ -10,6 +10,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from jobs.models import JobStatus
+from jobs.reasons import WaitingReason
+from tests.unit.conftest import report_worker
 
 pytestmark = pytest.mark.django_db
 
@@ -39,8 +41,10 @@ def test_api_job_held_by_the_budget_says_why_and_until_when(
 
 
 def test_api_job_not_waiting_has_waiting_null(
-    api_client: APIClient, user: Any, job_factory: Callable[..., Any]
+    api_client: APIClient, user: Any, job_factory: Callable[..., Any], no_reports: None
 ) -> None:
+    # given a worker consuming its queue (else the job waits for one: jobs.waiting_now)
+    report_worker(["default"])
     job = job_factory(status=JobStatus.QUEUED, created_by=user)
 
     assert api_client.get(f"/api/jobs/{job.id}/").json()["waiting"] is None
@@ -56,4 +60,5 @@ def test_api_schema_documents_waiting_with_its_reasons(api_client: APIClient) ->
     reasons = schema["components"]["schemas"][
         waiting["properties"]["reason"]["$ref"].rsplit("/", 1)[1]
     ]
-    assert set(reasons["enum"]) == {"backoff", "retry_after", "retry_budget", "run_after"}
+    assert set(reasons["enum"]) == {reason.value for reason in WaitingReason}
+    assert {"backoff", "retry_after", "retry_budget", "run_after", "paused"} <= set(reasons["enum"])

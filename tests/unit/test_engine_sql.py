@@ -10,7 +10,7 @@ import pytest
 from jobs.decisions import Action, Decision
 from jobs.engine import changes, sql
 from jobs.engine.values import AttemptReport
-from jobs.models import Attempt, AttemptOutcome, Job
+from jobs.models import Attempt, AttemptOutcome, Job, Pause
 
 NOW = datetime(2026, 1, 2, tzinfo=UTC)
 EXTRA = {"job_id", "number", "running", "rss", "trace_id", "parent_trace_id"}
@@ -23,8 +23,14 @@ def _params(text: str) -> set[str]:
 def test_sql_queries_are_named_and_free_of_comments() -> None:
     postgres, sqlite = sql.queries("postgres"), sql.queries("sqlite")
 
-    assert set(postgres) == {"start", "finish"}
-    assert set(sqlite) == {"start_job", "start_attempt", "finish_job", "finish_attempt"}
+    assert set(postgres) == {"start", "start_limited", "finish", "finish_limited"}
+    assert set(sqlite) == {
+        "start_job",
+        "start_job_limited",
+        "start_attempt",
+        "finish_job",
+        "finish_attempt",
+    }
     assert not any(
         line.lstrip().startswith("--") for q in postgres.values() for line in q.splitlines()
     )
@@ -35,7 +41,8 @@ def test_sql_tables_are_the_models_tables() -> None:
     text = " ".join([*sql.queries("postgres").values(), *sql.queries("sqlite").values()])
 
     tables = set(re.findall(r"\b(?:FROM|UPDATE|INTO)\s+(jobs_\w+)", text))
-    assert tables == {Job._meta.db_table, Attempt._meta.db_table}
+    # jobs_pause is read only, by the start's pause check (not_paused in shared.sql)
+    assert tables == {Job._meta.db_table, Attempt._meta.db_table, Pause._meta.db_table}
 
 
 @pytest.mark.parametrize(
@@ -76,3 +83,11 @@ def test_sql_finish_params_refuse_a_requeue() -> None:
 
     with pytest.raises(ValueError, match="not a finish"):
         sql.finish_params(ending)
+
+
+def test_sql_fused_start_reads_the_fuse_table_only_when_some_kind_has_a_fuse() -> None:
+    plain, fused = sql.queries("postgres"), sql.queries("postgres", fused=True)
+    assert "jobs_fuse" not in plain["start"]
+    assert "jobs_fuse" in fused["start"]
+    assert "jobs_fuse" in fused["start_limited"]
+    assert plain["finish"] == fused["finish"]

@@ -6,9 +6,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from jobs.attempt_classify import run_kind
 from jobs.kinds.storm import Storm, touched_buffer
 from jobs.models import AttemptOutcome
-from jobs.runner import run_kind
 
 PAYLOAD = {"fail_times": 1, "buffer_bytes": 64 * 1024, "leave_thread": True, "thread_seconds": 30}
 

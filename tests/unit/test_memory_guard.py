@@ -14,11 +14,11 @@ import pytest
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 
 from jobs import memory_guard, memory_startup, services
+from jobs.attempt_classify import MEMORY_LIMIT_ERROR, run_kind
 from jobs.decisions import Action, decide
 from jobs.kinds import AttemptContext, Kind
 from jobs.models import AttemptOutcome, DeadReason
 from jobs.policy import Policy
-from jobs.runner import MEMORY_LIMIT_ERROR, run_kind
 from jobs.services import AttemptReport
 from jobs.supervisor import supervisor
 from observability import memory, multiproc, worker_info

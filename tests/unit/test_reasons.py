@@ -8,13 +8,37 @@ import pytest
 from prometheus_client import REGISTRY
 
 from jobs.kinds import kind_names
-from jobs.reasons import AbortReason, DropReason, LeakResource, Limit, RecycleReason, RejectReason
+from jobs.reasons import (
+    AbortReason,
+    DropReason,
+    FuseState,
+    LeakResource,
+    Limit,
+    PauseScope,
+    RecycleReason,
+    RejectReason,
+    WaitingReason,
+)
 from jobs.telemetry import series
 
 # The label values alerts, dashboards and the docs read: renaming one breaks them.
 CONTRACT: dict[type[StrEnum], list[str]] = {
     AbortReason: ["soft_timeout", "cancelled", "memory_limit"],
-    DropReason: ["live", "terminal", "stale", "budget"],
+    DropReason: ["live", "terminal", "stale", "budget", "paused", "concurrency", "fuse", "rate"],
+    FuseState: ["closed", "open", "half_open"],
+    PauseScope: ["kind", "queue"],
+    WaitingReason: [
+        "backoff",
+        "retry_after",
+        "retry_budget",
+        "run_after",
+        "paused",
+        "backpressure",
+        "no_worker",
+        "concurrency_limit",
+        "rate_limit",
+        "fuse_open",
+    ],
     RejectReason: ["invalid", "conflict", "queue_full", "too_large", "unauthenticated"],
     RecycleReason: [
         "max_tasks",

@@ -12,11 +12,11 @@ from celery.exceptions import Retry
 from rest_framework import serializers
 
 from jobs import redaction, task_states
+from jobs.attempt_classify import run_kind
 from jobs.decisions import Action, Decision
 from jobs.kinds import Kind, RetryableError
 from jobs.models import AttemptOutcome
 from jobs.policy import Policy
-from jobs.runner import run_kind
 from jobs.services import AttemptEnd
 
 # --- redact: URLs --------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from io import StringIO
@@ -19,6 +20,8 @@ from jobs import retention
 from jobs.checks import check_retention
 from jobs.kinds import get_kind
 from jobs.models import Attempt, Job, JobStatus
+from jobs.periodic.models import Schedule, ScheduleTick
+from jobs.reasons import TickOutcome
 from jobs.services.audit import job_action_record
 
 DAY = timedelta(days=1)
@@ -73,6 +76,16 @@ def test_retention_check_refuses_nonsense_in_one_line(settings: Any) -> None:
     settings.JOBS_PRUNE_BATCH = 500
     settings.JOBS_PRUNE_PAUSE_SECONDS = -1
     assert "JOBS_PRUNE_PAUSE_SECONDS" in check_retention(None)[0].msg
+    settings.JOBS_PRUNE_PAUSE_SECONDS = 0.05
+    for duty in (0, 1.5, -0.1):
+        settings.JOBS_PRUNE_DUTY_CYCLE = duty
+        [error] = check_retention(None)
+        assert error.msg.startswith(f"JOBS_PRUNE_DUTY_CYCLE is {duty}; it must be 0.01..1")
+    settings.JOBS_PRUNE_DUTY_CYCLE = 0.4
+    settings.JOBS_PRUNE_BATCH_TARGET_MS = 5
+    assert "JOBS_PRUNE_BATCH_TARGET_MS is 5" in check_retention(None)[0].msg
+    settings.JOBS_PRUNE_BATCH_TARGET_MS = 100
+    assert check_retention(None) == []
 
 
 @pytest.mark.django_db
@@ -117,6 +130,82 @@ def test_retention_prunes_old_terminal_jobs_with_their_attempts_and_history(
     assert not result.stopped
     assert _pruned("jobs_pruned", "succeeded", "jobs_job") - before == 3
     assert _pruned("jobs_pruned", "succeeded", "jobs_attempt") - before_attempts == 6
+
+
+@pytest.mark.django_db
+def test_retention_rests_by_its_duty_cycle_and_sizes_batches_by_time(
+    job_factory: Callable[..., Job], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given 7 old jobs, and a clock on which every batch takes exactly 0.2 s
+    for days in range(8, 15):
+        _finished(job_factory, JobStatus.SUCCEEDED, days)
+    ticks = iter(range(1000))
+    monkeypatch.setattr(retention.time, "monotonic", lambda: next(ticks) * 0.1)
+    sizes: list[int] = []
+    real_delete = retention.delete_batch
+
+    def counted(where: Any, after: Any, size: int) -> Any:
+        sizes.append(size)
+        next(ticks)  # the batch's own 0.1 s more
+        return real_delete(where, after, size)
+
+    monkeypatch.setattr(retention, "delete_batch", counted)
+    rests: list[float] = []
+    config = retention.Retention(
+        ages=CONFIG.ages, keyed_after=None, batch=4, pause=0.01, duty=0.25, target_ms=100
+    )
+
+    # when
+    result = retention.prune(retention=config, sleep=rests.append)
+
+    # then it rests 3x each batch's time (deletes 1/4 of the time) before the next query,
+    # and halves the batches that took twice the 100 ms target
+    assert sizes == [4, 2, 1, 1, 1, 1]  # the last three find none: 1 succeeded, cancelled, dead
+    assert result.jobs["succeeded"] == 7
+    assert result.batches == 3
+    assert rests == [pytest.approx(0.6)] * 3
+    assert result.busy_seconds == pytest.approx(0.2 * len(sizes))
+
+
+@pytest.mark.django_db
+def test_retention_clears_schedule_references_to_the_jobs_it_deletes(
+    job_factory: Callable[..., Job],
+) -> None:
+    # given an old job that a schedule and one of its ticks point at (SET_NULL foreign keys)
+    old = _finished(job_factory, JobStatus.SUCCEEDED, 8)
+    young = _finished(job_factory, JobStatus.SUCCEEDED, 1)
+    schedule = Schedule.objects.create(
+        name="nightly", kind="demo.flaky", interval_seconds=60, last_job=old
+    )
+    now = timezone.now()
+    tick = ScheduleTick.objects.create(
+        schedule=schedule,
+        tick_at=now,
+        due_at=now,
+        created_at=now,
+        outcome=TickOutcome.CREATED,
+        job=old,
+    )
+    kept = ScheduleTick.objects.create(
+        schedule=schedule,
+        tick_at=now - DAY,
+        due_at=now,
+        created_at=now,
+        outcome=TickOutcome.CREATED,
+        job=young,
+    )
+
+    # when
+    result = retention.prune(retention=CONFIG)
+
+    # then the job went, the references to it are cleared, the others stay
+    assert result.jobs["succeeded"] == 1
+    schedule.refresh_from_db()
+    tick.refresh_from_db()
+    kept.refresh_from_db()
+    assert schedule.last_job_id is None
+    assert tick.job_id is None
+    assert kept.job_id == young.pk
 
 
 @pytest.mark.django_db
@@ -201,6 +290,7 @@ def test_jobs_prune_deletes_and_reports_counts(job_factory: Callable[..., Job]) 
     [
         (["--batch", "0"], "--batch must be 1..10000 jobs"),
         (["--pause", "-1"], "--pause must be 0..60 seconds"),
+        (["--duty", "0"], "--duty must be 0.01..1"),
         (["--max-seconds", "0"], "--max-seconds must be above 0"),
     ],
 )
@@ -234,3 +324,25 @@ def test_prune_kind_stops_near_its_soft_limit(
 
     assert result["stopped"] is True
     assert Job.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_prune_kind_never_rests_past_its_stop_margin(
+    attempt_context: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a run 0.3 s from its margin (5 s before the soft limit), asked to rest 60 s
+    rested: list[float] = []
+
+    def fake_prune(**kwargs: Any) -> retention.PruneResult:
+        began = time.monotonic()
+        kwargs["sleep"](60.0)
+        rested.append(time.monotonic() - began)
+        return retention.PruneResult()
+
+    monkeypatch.setattr(retention, "prune", fake_prune)
+    kind = get_kind("jobs.prune")
+
+    kind.run({}, attempt_context(soft_in=5.3))
+
+    # then the rest ended at the margin, not a minute later
+    assert rested[0] < 2.0

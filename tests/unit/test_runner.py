@@ -14,10 +14,11 @@ import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 
 from jobs import child_gc
+from jobs.attempt_classify import run_kind
 from jobs.kinds import AttemptContext, Kind, PermanentError, RetryableError
 from jobs.models import AttemptOutcome
 from jobs.policy import Policy
-from jobs.runner import execute_attempt, run_kind
+from jobs.runner import execute_attempt
 from jobs.supervisor import cancel_key
 
 POLICY = Policy(soft_time_limit=30, hard_time_limit=45)

@@ -18,12 +18,13 @@ from datetime import UTC, datetime, timedelta
 
 import psutil
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from jobs import budget, events, waiting
+from jobs import budget, concurrency_gate, events, fuse_gate, rate_gate, waiting
 from jobs.decisions import Decision, decide
-from jobs.engine import changes
+from jobs.engine import changes, fusing, limiting, pausing, rating
+from jobs.engine.flow_limits import FlowLimits
 from jobs.engine.values import (
     AttemptEnd,
     AttemptRef,
@@ -48,17 +49,44 @@ from observability import tracing
 
 logger = logging.getLogger(__name__)
 
+# A queued job held unpublished in the database with one of these reasons: the leader publishes it.
+HELD_REASONS = waiting.HELD_REASONS
+
 
 class OrmBackend:
     """Attempt transitions through the ORM (module docstring). `name` is for logs and tests."""
 
     name = "orm"
 
+    def __init__(self) -> None:
+        self.flow = FlowLimits()
+        # The kinds with a fuse (jobs.fuse_gate), judged in start; their ends counted by the
+        # engine's boundary (jobs.engine.fusing.record).
+        self.fuses = fuse_gate.ConfigCache()
+
+    def limits(self) -> dict[str, concurrency_gate.KindLimit]:
+        """The concurrency limits of the registered kinds (jobs.engine.flow_limits)."""
+        return self.flow.now().limits
+
+    def rates(self) -> dict[str, rate_gate.KindRate]:
+        """The rate limits of the registered kinds (jobs.engine.flow_limits)."""
+        return self.flow.now().rates
+
     def start(
         self, delivery: Delivery, *, now: datetime, effects: Effects
     ) -> StartedAttempt | None:
         """jobs.engine.Engine.start's general path."""
+        flow = self.flow.now()
+        limits, rates, pg = flow.limits, flow.rates, connection.vendor == "postgresql"
         with transaction.atomic():
+            # A limited kind's (kind, key) locks come before the row lock (jobs.concurrency_sql,
+            # jobs.rate_sql): the concurrency one, then the rate one, as in start_limited.
+            admitted = (
+                limiting.admit_first(delivery.job_id, flow.limits_json) if limits and pg else None
+            )
+            rate_admitted = (
+                rating.admit_first(delivery.job_id, flow.rates_json, now) if rates and pg else None
+            )
             job = Job.objects.select_for_update().filter(id=delivery.job_id).first()
             if job is None:
                 # Usually another deployment sharing this broker and queue name.
@@ -81,6 +109,23 @@ class OrmBackend:
             number, why = self._number(job, delivery, now=now, effects=effects)
             if number is None:
                 _dropped(job, delivery.attempt, why, effects)
+                return None
+            if pausing.hold_if_paused(job):
+                _dropped(job, delivery.attempt, DropReason.PAUSED, effects)
+                return None
+            fuse = self.fuses.get().get(job.kind)
+            if fuse is not None and fusing.hold_if_open(job, fuse, now=now):
+                _dropped(job, delivery.attempt, DropReason.FUSE, effects)
+                return None
+            limit = limits.get(job.kind)
+            if limit is not None and limiting.hold_if_over_limit(job, limit, admitted=admitted):
+                _dropped(job, delivery.attempt, DropReason.CONCURRENCY, effects)
+                return None
+            rate = rates.get(job.kind)
+            if rate is not None and rating.hold_if_over_rate(
+                job, rate, admitted=rate_admitted, now=now, rates_json=flow.rates_json
+            ):
+                _dropped(job, delivery.attempt, DropReason.RATE, effects)
                 return None
             if number > 1 and self.hold(job, number, now=now, effects=effects):
                 _dropped(job, delivery.attempt, DropReason.BUDGET, effects)
@@ -229,10 +274,11 @@ class OrmBackend:
                     job, row, now=now, requeued=True, message=loss.message, effects=effects
                 )
                 return AttemptEnd.after(job, row.number, AttemptOutcome.WORKER_LOST, decision)
-            if job.status == JobStatus.QUEUED:
+            if job.status == JobStatus.QUEUED and job.waiting_reason not in HELD_REASONS:
                 # A child lost before its attempt started: Celery puts the message
                 # back on the queue; its publish time is now, so the lost-message
-                # check does not take it for a vanished one.
+                # check does not take it for a vanished one. (A job a pause holds
+                # stays unpublished: the leader publishes it after the resume.)
                 Job.objects.filter(id=job.id, status=JobStatus.QUEUED).update(published_at=Now())
             return AttemptEnd(status=None, job_status=job.status)
 
@@ -310,6 +356,8 @@ class OrmBackend:
         effects.send(events.attempt_finished, job=job, attempt=row, decision=decision)
         if moves and job.is_terminal:
             effects.send(events.job_completed, job=job)
+        if moves and job.kind in self.limits():
+            effects.slot_freed(job)
         if moves and decision is not None:
             log_decision(job, row.number, report.outcome, decision, job.last_error)
 

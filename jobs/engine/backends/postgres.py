@@ -22,6 +22,7 @@ class) handles the case. Events go into the `Effects` passed in.
 from __future__ import annotations
 
 import json
+import time
 from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
@@ -31,8 +32,9 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from jobs import budget, events
-from jobs.engine import changes, sql
+from jobs import budget, clock, events
+from jobs.engine import changes, rating, sql
+from jobs.engine.backends import pg_statement
 from jobs.engine.backends.orm import OrmBackend
 from jobs.engine.values import (
     AttemptEnd,
@@ -76,14 +78,24 @@ class PostgresBackend(OrmBackend):
     dialect = "postgres"
 
     def __init__(self) -> None:
+        super().__init__()
         self._leases: tuple[Any, dict[str, float]] = (None, {})
+        self._leases_json: tuple[dict[str, float] | None, str] = (None, "{}")
+
+    def leases_json(self) -> str:
+        """leases() as the JSON text the start statement takes, encoded once per change."""
+        leases = self.leases()
+        if self._leases_json[0] is not leases:
+            self._leases_json = (leases, json.dumps(leases))
+        return self._leases_json[1]
 
     def leases(self) -> dict[str, float]:
         """{kind: lease seconds} (hard time limit + JOBS_LEASE_GRACE) of every registered kind.
 
         Computed once and again only when the registry, the overrides or the
         grace change (tests swap settings). A kind with an invalid override is
-        left out: the ORM path raises its error.
+        left out: the ORM path raises its error. A kind with a fuse has its lease
+        negated (the `_lease_fused` of postgres.sql).
         """
         overrides, grace = settings.JOBS_KIND_OVERRIDES, settings.JOBS_LEASE_GRACE
         key = (len(registry._KINDS), id(overrides), grace)
@@ -91,9 +103,14 @@ class PostgresBackend(OrmBackend):
             leases = {}
             for name in registry._KINDS:
                 try:
-                    leases[name] = float(registry.policy_for(name).hard_time_limit) + float(grace)
+                    policy = registry.policy_for(name)
                 except ValueError:
                     continue
+                # A kind with a fuse has its lease negated: the start statement then starts
+                # its job only while none of its fuses is open (postgres.sql `_lease_fused`),
+                # and SQLite's never (the general path judges it: jobs.engine.fusing).
+                lease = float(policy.hard_time_limit) + float(grace)
+                leases[name] = -lease if policy.fuse else lease
             self._leases = (key, leases)
         return self._leases[1]
 
@@ -115,8 +132,15 @@ class PostgresBackend(OrmBackend):
             "queued": JobStatus.QUEUED.value,
         }
         due_from, due_to = budget.admitted_due_range(now.timestamp())
+        params |= {"due_from": due_from, "due_to": due_to}
+        if self.limits() or self.rates():
+            # A kind with a concurrency or rate limit is judged in the statement (start_limited).
+            params["limits"] = self.flow.now().limits_json
+            params["rates"] = self.flow.now().rates_json
         with savepoint_if_nested():
-            done = self.start_statement(params | {"due_from": due_from, "due_to": due_to})
+            done = self.start_statement(params)
+        if done is None and self.rates():
+            done, now = self.start_after_wait(params, delivery)
         if done is None:
             return super().start(delivery, now=now, effects=effects)
         job, attempt_id, at = done
@@ -137,17 +161,40 @@ class PostgresBackend(OrmBackend):
         log_started(job, delivery.attempt)
         return started_attempt(job, delivery.attempt, policy_for(job.kind))
 
+    def start_after_wait(
+        self, params: dict[str, Any], delivery: Delivery
+    ) -> tuple[tuple[Job, int, datetime] | None, datetime]:
+        """A start the rate refused only because it came a little early (a released job
+        delivered before its bucket admits it): wait until the bucket conforms and run the
+        statement again, while the waits add up to at most rating.MAX_START_WAIT (another
+        start may take the turn meanwhile); (its result, the time used)."""
+        now, waited = params["now"], 0.0
+        for _ in range(10):
+            if self.dialect != "postgres" or params.get("rates") is None:
+                break
+            wait = rating.start_wait(delivery.job_id, params["rates"], now)
+            if wait is None or waited + wait > rating.MAX_START_WAIT:
+                break
+            wait = max(wait, 0.001)
+            time.sleep(wait)
+            waited += wait
+            now = clock.now()
+            with savepoint_if_nested():
+                done = self.start_statement(params | {"now": now})
+            if done is not None:
+                return done, now
+        return None, now
+
     def start_statement(self, params: dict[str, Any]) -> tuple[Job, int, datetime] | None:
         """Run the start; the job after it, the attempt's id and start, or None (no match)."""
-        rows = list(
-            Job.objects.raw(
-                sql.queries(self.dialect)["start"], params | {"leases": json.dumps(self.leases())}
-            )
-        )
-        if not rows:
+        name = "start_limited" if "limits" in params else "start"
+        # While some kind has a fuse, its lease (negated) is judged against its fuses.
+        queries = sql.queries(self.dialect, fused=bool(self.fuses.get()))
+        done = pg_statement.run(queries[name], params | {"leases": self.leases_json()})
+        if done is None:
             return None
-        extra = vars(rows[0])
-        return rows[0], extra.pop("jobs_attempt_id"), aware(extra.pop("jobs_attempt_started_at"))
+        job, extra = done
+        return job, extra["jobs_attempt_id"], aware(extra["jobs_attempt_started_at"])
 
     def finish(
         self, ref: AttemptRef, report: AttemptReport, *, now: datetime, effects: Effects
@@ -166,11 +213,17 @@ class PostgresBackend(OrmBackend):
             "trace_id": report.trace_id,
             "parent_trace_id": tracing.trace_id_from(started.trace_parent),
         }
+        if self.limits():
+            # Says whether a job of a limited kind waits for the slot this frees (finish_limited).
+            params["limits"] = self.flow.now().limits_json
         with savepoint_if_nested():
             done = self.finish_statement(params)
         if done is None:
             return super().finish(ref, report, now=now, effects=effects)
         job, extra = done
+        # SQLite's finish does not probe: a limited kind's slot is handed off unasked.
+        if job.kind in self.limits() and extra.pop("waiting", True):
+            effects.slot_freed(job)
         columns = {
             "id": extra["id"],
             "worker_hostname": extra["worker_hostname"],
@@ -195,10 +248,10 @@ class PostgresBackend(OrmBackend):
 
     def finish_statement(self, params: dict[str, Any]) -> tuple[Job, dict[str, Any]] | None:
         """Run the finish; the job after it and the attempt's columns read back, or None."""
-        rows = list(Job.objects.raw(sql.queries(self.dialect)["finish"], params))
-        if not rows:
+        name = "finish_limited" if "limits" in params else "finish"
+        done = pg_statement.run(sql.queries(self.dialect)[name], params)
+        if done is None:
             return None
-        job = rows[0]
-        # The attempt's columns came back as extra attributes of the raw job row.
-        extra = {name[2:]: vars(job).pop(name) for name in list(vars(job)) if name.startswith("a_")}
-        return job, extra
+        job, other = done
+        # The attempt's columns came back beside the job's, prefixed.
+        return job, {name[2:]: value for name, value in other.items() if name.startswith("a_")}

@@ -60,10 +60,12 @@ class SqliteBackend(PostgresBackend):
         ends = {
             kind: connection.ops.adapt_datetimefield_value(now + timedelta(seconds=seconds))
             for kind, seconds in self.leases().items()
+            if seconds >= 0  # a kind with a fuse (negated): the general path, always
         }
         stored = _stored(params) | {"leases": json.dumps(ends)}
         with transaction.atomic():
-            rows = list(Job.objects.raw(queries["start_job"], stored))
+            name = "start_job_limited" if "limits" in params else "start_job"
+            rows = list(Job.objects.raw(queries[name], stored))
             if not rows:
                 return None
             enqueued = rows[0].enqueued_at

@@ -37,14 +37,17 @@ def _sections(name: str) -> dict[str, str]:
 
 
 @cache
-def queries(dialect: str) -> dict[str, str]:
+def queries(dialect: str, *, fused: bool = False) -> dict[str, str]:
     """{name: SQL} of `<dialect>.sql` ("postgres", "sqlite"). Raises OSError when absent.
 
     A dialect's `_`-named sections fill the {placeholders} of shared.sql's
-    fragments; the fragments fill its statements' {placeholders}.
+    fragments; the fragments fill its statements' {placeholders}. `fused`
+    (some kind has a fuse) puts the dialect's `_lease_fused` in `_lease`'s place.
     """
     own = _sections(dialect)
     values = {name: text for name, text in own.items() if name.startswith("_")}
+    if fused:
+        values["_lease"] = values["_lease_fused"]
     fragments = {name: text.format_map(values) for name, text in _sections("shared").items()}
     return {
         name: text.format_map(fragments) for name, text in own.items() if not name.startswith("_")

@@ -28,6 +28,18 @@ id = %(job_id)s
             AND {_finished_epoch} + p.retry_delay_seconds BETWEEN %(due_from)s AND %(due_to)s
       ))
 
+-- name: not_paused
+-- Neither the job's kind nor its queue is paused (jobs.pauses; docs/flow-control.md). A
+-- scalar subquery, not NOT EXISTS (which PostgreSQL may turn into an anti join, and so into
+-- another plan for finding the job): it stays a filter on the one row found, a SubPlan
+-- reading the Pause table, 1-2 us when it is empty. A paused job fails the start and takes
+-- the general path, which holds it (jobs.engine.pausing).
+(
+          SELECT count(*) FROM jobs_pause pz
+          WHERE (pz.scope = 'kind' AND pz.name = jobs_job.kind)
+             OR (pz.scope = 'queue' AND pz.name = jobs_job.queue)
+      ) = 0
+
 -- name: attempt_columns
 job_id, number, worker_hostname, worker_pid, started_at, finished_at, outcome,
         error_type, error_message, traceback, rss_before_bytes, rss_after_bytes,

@@ -20,6 +20,18 @@ json_extract(%(leases)s, '$."' || kind || '"')
 UPDATE jobs_job
 SET {start_job_set}
 WHERE {start_job_where}
+      AND {not_paused}
+RETURNING *
+
+-- name: start_job_limited
+-- start_job, used while some kind has a concurrency limit or a rate: a job of a limited kind
+-- takes the general path, which counts under the IMMEDIATE transaction's writer lock.
+UPDATE jobs_job
+SET {start_job_set}
+WHERE {start_job_where}
+      AND {not_paused}
+      AND json_extract(%(limits)s, '$."' || kind || '"') IS NULL
+      AND json_extract(%(rates)s, '$."' || kind || '"') IS NULL
 RETURNING *
 
 -- name: start_attempt

@@ -1,8 +1,9 @@
 """`manage.py jobs_prune [--dry-run] [--max-seconds S] [--json]`: delete terminal jobs past retention.
 
 Deletes succeeded, cancelled and dead jobs older than their JOBS_PRUNE_*
-ages, with their attempts and History, in batches of JOBS_PRUNE_BATCH, each
-its own short transaction (jobs.retention, docs/retention.md). `--dry-run`
+ages, with their attempts and History, in batches of at most JOBS_PRUNE_BATCH,
+each its own short transaction, resting between batches so that it deletes
+at most JOBS_PRUNE_DUTY_CYCLE of the time (jobs.retention, docs/retention.md). `--dry-run`
 prints what would go, per status, and deletes nothing. SIGTERM or SIGINT
 stops it after the batch in hand; nothing is half-deleted. Exits 1 with one
 line when the settings or the options cannot work.
@@ -34,7 +35,14 @@ class Command(BaseCommand):
         )
         parser.add_argument("--batch", type=int, help="jobs per batch (default JOBS_PRUNE_BATCH)")
         parser.add_argument(
-            "--pause", type=float, help="seconds between batches (default JOBS_PRUNE_PAUSE_SECONDS)"
+            "--pause",
+            type=float,
+            help="least seconds between batches (default JOBS_PRUNE_PAUSE_SECONDS)",
+        )
+        parser.add_argument(
+            "--duty",
+            type=float,
+            help="share of time spent deleting, 0.01..1 (default JOBS_PRUNE_DUTY_CYCLE)",
         )
         parser.add_argument("--json", action="store_true", help="print one JSON line of counts")
 
@@ -51,6 +59,10 @@ class Command(BaseCommand):
             if not 0 <= options["pause"] <= retention.MAX_PAUSE_SECONDS:
                 raise CommandError(f"--pause must be 0..{retention.MAX_PAUSE_SECONDS:g} seconds")
             config = replace(config, pause=options["pause"])
+        if options["duty"] is not None:
+            if not retention.MIN_DUTY <= options["duty"] <= retention.MAX_DUTY:
+                raise CommandError(f"--duty must be {retention.MIN_DUTY:g}..{retention.MAX_DUTY:g}")
+            config = replace(config, duty=options["duty"])
         limit = options["max_seconds"]
         if limit is not None and limit <= 0:
             raise CommandError("--max-seconds must be above 0")
@@ -75,7 +87,7 @@ class Command(BaseCommand):
             self.stdout.write(f"{status}: {jobs:,} jobs, {result.attempts[status]:,} attempts")
         self.stdout.write(
             f"pruned {sum(result.jobs.values()):,} jobs in {result.batches} batches, "
-            f"{result.seconds:.1f} s; longest batch {result.longest_batch_seconds * 1000:.0f} ms"
+            f"{result.seconds:.1f} s ({result.busy_seconds:.1f} s deleting); longest batch {result.longest_batch_seconds * 1000:.0f} ms"
             + ("; stopped early, the rest waits for the next run" if result.stopped else "")
         )
 

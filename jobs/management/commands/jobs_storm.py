@@ -83,6 +83,23 @@ class Command(BaseCommand):
             help="the platform's bound on worker RSS growth (MB, 10^6 bytes)",
         )
         parser.add_argument("--out", type=Path, default=d.out, help="PNG to write")
+        parser.add_argument(
+            "--scenario",
+            choices=["retry-storm", "outage"],
+            default="retry-storm",
+            help="retry-storm: the platform beside stock Celery; outage: a destination down "
+            "for --down-seconds, webhook.deliver's fuse on and off side by side",
+        )
+        parser.add_argument(
+            "--down-seconds", type=float, default=20.0, help="outage: how long it refuses"
+        )
+        parser.add_argument(
+            "--other-jobs",
+            type=int,
+            default=20,
+            help="outage: jobs of another kind (demo.sleep) sent with the outage's, and as many "
+            "alone before it, to compare their latency",
+        )
         only = parser.add_mutually_exclusive_group()
         only.add_argument("--platform-only", action="store_true")
         only.add_argument("--stock-only", action="store_true")
@@ -121,6 +138,9 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         signal.signal(signal.SIGTERM, _interrupt)
+        if options["scenario"] == "outage":
+            self._outage(config, options["down_seconds"], options["other_jobs"])
+            return
         started = time.monotonic()
         live = LiveTable(self, config.jobs)
         try:
@@ -146,6 +166,29 @@ class Command(BaseCommand):
         self.stdout.write(f"plot: {path}\n")
         if not verdict.ok:
             raise CommandError("the platform did not hold: " + verdict.lines[0])
+
+    def _outage(self, config: Any, down_seconds: float, other_jobs: int) -> None:
+        """The dependency-outage scenario (bench.storm.outage): its table, fuse on and off."""
+        from bench.storm.outage import outage_table, run_outage  # noqa: PLC0415 - bench/ is in the source tree only; handle() says so without it
+
+        started = time.monotonic()
+
+        def say(message: str) -> None:
+            self.stderr.write(f"[jobs_storm {time.monotonic() - started:5.1f}s] {message}")
+
+        try:
+            results = run_outage(config, down_seconds=down_seconds, say=say, other_jobs=other_jobs)
+        except KeyboardInterrupt:
+            raise CommandError("interrupted; every process the drill started was stopped") from None
+        except (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError) as exc:
+            detail = f"{exc} {getattr(exc, 'stderr', None) or ''}".strip()
+            raise CommandError(f"outage failed: {detail[-800:]}") from None
+        self.stdout.write(
+            f"\njobs_storm outage: {config.jobs} webhook.deliver jobs to a destination refusing "
+            f"(503) for {down_seconds:g} s; {config.concurrency} children; "
+            f"{time.monotonic() - started:.0f} s in all\n"
+        )
+        self.stdout.write(outage_table(results) + "\n")
 
 
 class LiveTable:
