@@ -40,8 +40,8 @@ class KindLimit:
     path: tuple[str, ...] = ()
 
     def key(self, payload: Any) -> str | None:
-        """The key value of a job with `payload` as text (JSON for a non-string), None when
-        the limit is per kind. A missing path reads as "null": those jobs share one key."""
+        """The key of a job with `payload`: its value as JSON text (so 42 and "42" differ, as
+        in PostgreSQL), None when the limit is per kind. A missing path reads as "null"."""
         return payload_key(self.path, payload)
 
     def waiting(self, payload: Any) -> waiting.Waiting:
@@ -50,14 +50,15 @@ class KindLimit:
 
 
 def payload_key(path: tuple[str, ...], payload: Any) -> str | None:
-    """The value at the dotted `path` of `payload` as text (JSON for a non-string), None for
+    """The value at the dotted `path` of `payload` as JSON text (the grouping identity, the
+    text PostgreSQL's `(payload #> path)::text` gives, so 42 and "42" are two keys), None for
     an empty path; a missing path reads as "null" (also the rate limits' key: jobs.rate_gate)."""
     if not path:
         return None
     value = payload
     for part in path:
         value = value.get(part) if isinstance(value, dict) else None
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return json.dumps(value, sort_keys=True)
 
 
 def valid_policies() -> Iterator[tuple[str, Policy]]:

@@ -39,6 +39,7 @@ may use it.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,12 +159,23 @@ def for_run_after(*, run_after: Any) -> Waiting:
     )
 
 
+def _shown(key: str) -> str:
+    """A key (JSON text: jobs.concurrency_gate.payload_key) as people read it: a string
+    without its quotes, any other value as its JSON."""
+    if key.startswith('"'):
+        try:
+            return str(json.loads(key))
+        except ValueError:
+            return key
+    return key
+
+
 def for_concurrency(*, kind: str, limit: int, key: str | None = None) -> Waiting:
     """Why a queued job waits in the database: `kind` (its `key` value, when the limit is
     per key) already runs `limit` attempts (jobs.concurrency_gate)."""
     slot = f"waiting for concurrency slot `{kind}`"
     if key is not None:
-        slot += f" key `{key}`"
+        slot += f" key `{_shown(key)}`"
     return _waiting(
         WaitingReason.CONCURRENCY_LIMIT,
         f"{slot}: {limit} live at most; it starts when a slot frees, older jobs first",
@@ -175,7 +187,7 @@ def for_rate(*, kind: str, rate: str, key: str | None = None, wait: float) -> Wa
     key) started as many attempts as `rate` allows; its reserved start is `wait` s away."""
     limit = f"waiting for rate limit `{kind}`"
     if key is not None:
-        limit += f" key `{key}`"
+        limit += f" key `{_shown(key)}`"
     return _waiting(
         WaitingReason.RATE_LIMIT, f"{limit}: {rate}; next slot in ~{max(wait, 0.0):.1f} s"
     )

@@ -54,9 +54,11 @@ def test_policy_concurrency_path() -> None:
 
 def test_kind_limit_key_reads_the_payload_path() -> None:
     limit = KindLimit("k", 2, ("account", "id"))
-    assert limit.key({"account": {"id": "a-1"}}) == "a-1"
+    assert limit.key({"account": {"id": "a-1"}}) == '"a-1"'
     assert limit.key({"account": {"id": 42}}) == "42"
     assert limit.key({"other": 1}) == "null"
+    # the JSON value is the identity, as in PostgreSQL: 42 and "42" are two keys
+    assert limit.key({"account": {"id": "42"}}) != limit.key({"account": {"id": 42}})
     assert KindLimit("k", 2).key({"account": 1}) is None
 
 
@@ -66,7 +68,7 @@ def test_free_slots_and_pick_released_keep_the_order_per_key() -> None:
     free = concurrency_gate.free_slots(
         limit, running=[{"account": "a"}], in_flight=[{"account": "b"}, {"account": "b"}]
     )
-    assert free == {"a": 1, "b": 0}
+    assert free == {'"a"': 1, '"b"': 0}
     held = [(1, {"account": "b"}), (2, {"account": "a"}), (3, {"account": "a"})]
     held += [(4, {"account": "c"}), (5, {"account": "c"}), (6, {"account": "c"})]
     # then the oldest held jobs that fit are released: one of a, none of b, two of c
@@ -147,6 +149,30 @@ def test_concurrency_key_limits_each_value(
     Job.objects.filter(id=a1.id).update(status=JobStatus.SUCCEEDED)
     assert services.concurrency_release(limit=10, claimer="leader") == 1
     assert _start(a2) is not None
+
+
+@pytest.mark.django_db
+def test_concurrency_key_keeps_a_number_and_its_string_apart(
+    job_factory: Callable[..., Any], limited: Callable[..., None]
+) -> None:
+    # given one live attempt per account, and accounts 42 (a number) and "42" (a string)
+    limited(concurrency=1, concurrency_key="account")
+    now = timezone.now()
+
+    def job(account: Any, i: int) -> Job:
+        payload = {"fail_times": 0, "sleep_seconds": 0, "account": account}
+        return job_factory(payload=payload, enqueued_at=now + timedelta(seconds=i))
+
+    number, text, number2 = job(42, 0), job("42", 1), job(42, 2)
+    # then both start (two keys), and a second 42 waits for the number's slot
+    assert _start(number) is not None
+    assert _start(text) is not None
+    assert _start(number2) is None
+    number2.refresh_from_db()
+    assert "key `42`" in number2.waiting_detail
+    # the string's end frees nothing for the number
+    Job.objects.filter(id=text.id).update(status=JobStatus.SUCCEEDED)
+    assert services.concurrency_release(limit=10, claimer="leader") == 0
 
 
 @pytest.mark.django_db

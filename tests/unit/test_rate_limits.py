@@ -14,9 +14,10 @@ import pytest
 from django.utils import timezone
 from prometheus_client import CollectorRegistry
 
-from jobs import checks, gcra, services, waiting_now
+from jobs import checks, gcra, rate_gate, services, waiting_now
 from jobs.models import Attempt, Job, JobStatus, RateBucket
 from jobs.policy import Policy
+from jobs.rate_gate import KindRate
 from jobs.reasons import WaitingReason
 from jobs.telemetry.rates import RateCollector
 
@@ -221,6 +222,29 @@ def test_rate_key_limits_each_value(
     assert _start(a2) is None
     a2.refresh_from_db()
     assert "key `a`" in a2.waiting_detail
+
+
+@pytest.mark.django_db
+def test_rate_key_keeps_a_number_and_its_string_apart(
+    job_factory: Callable[..., Any], rated: Callable[..., None]
+) -> None:
+    rated(rate="1/m", rate_key="account")
+
+    def job(account: Any) -> Job:
+        return job_factory(payload={"fail_times": 0, "sleep_seconds": 0, "account": account})
+
+    number, text, number2 = job(42), job("42"), job(42)
+    # then 42 and "42" have a bucket each, as PostgreSQL's (payload #> path)::text keys them
+    assert _start(number) is not None
+    assert _start(text) is not None
+    assert _start(number2) is None
+    assert set(RateBucket.objects.values_list("key", flat=True)) == {"42", '"42"'}
+    # and the pacer groups them apart too: a slot due for 42 never goes to an older "42"
+    rate = KindRate("demo.flaky", "1/m", 1 / 60, 0, ("account",))
+    at = timezone.now()
+    due = [(2, {"account": 42}, at)]
+    oldest = [(1, {"account": "42"}, at), (2, {"account": 42}, at)]
+    assert rate_gate.fill_due_slots(rate, due, oldest) == ([2], [])
 
 
 @pytest.mark.django_db
