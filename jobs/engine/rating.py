@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Min
+from django.db.models import F, Min
 
 from jobs import gcra, outbox_claim, rate_gate
 from jobs.engine import changes
@@ -56,6 +56,18 @@ def admit_first(job_id: uuid.UUID | str, rates_json: str, now: datetime) -> bool
     kind without a rate."""
     found = _call(f"jobs_rate_admit({_ARGS})", job_id, rates_json, now)
     return None if found is None else bool(found)
+
+
+def give_back(job: Job, rate: KindRate | None) -> None:
+    """PostgreSQL: move back the bucket admit_first moved for the locked `job` (`rate`: its
+    kind's rate when admitted, else None: nothing to do) that the start then did not start
+    (paused, held by its fuse or its concurrency limit, a stale delivery), so it spends no
+    rate slot. Exact: the admit's (kind, key) lock is held to the end of the transaction."""
+    if rate is None:
+        return
+    RateBucket.objects.filter(kind=job.kind, key=rate.key(job.payload) or "").update(
+        tat=F("tat") - rate.interval
+    )
 
 
 def start_wait(job_id: uuid.UUID | str, rates_json: str, now: datetime) -> float | None:

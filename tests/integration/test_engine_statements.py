@@ -175,3 +175,44 @@ def test_engine_statements_of_a_kind_with_a_fuse() -> None:
     counted = ["BEGIN", "SELECT", "UPDATE", "COMMIT"]
     assert counts["succeeded"] == ["succeeded", ["WITH", "WITH", *counted]]
     assert counts["dead"] == ["dead", ["WITH", "WITH", *counted]]
+
+
+_FUSED_RATED_SCRIPT = """
+import json, os
+from jobs import clock, engine, services
+from jobs.engine.values import Delivery
+from jobs.kinds import policy_for
+from jobs.models import Job, RateBucket
+
+the_engine = engine.current()
+services.fuse_trip(kind="demo.flaky", via="test")
+job = the_engine.submitted(
+    delayed=False, run_after=None, kind="demo.flaky", queue="default",
+    payload={"fail_times": 0, "sleep_seconds": 0},
+    max_attempts=policy_for("demo.flaky").max_attempts, enqueued_at=clock.now(),
+)
+job.save(force_insert=True)
+started = the_engine.start(
+    Delivery(job_id=job.id, attempt=1, hostname="w@h", pid=os.getpid(), rss_bytes=1)
+)
+after = clock.now().timestamp()
+job = Job.objects.get(id=job.id)
+tats = [tat for tat in RateBucket.objects.values_list("tat", flat=True) if tat is not None]
+print("HELD=" + json.dumps({
+    "started": started is not None, "reason": job.waiting_reason,
+    "spent": [tat for tat in tats if tat > after],
+}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_job_the_fuse_holds_spends_no_rate_slot() -> None:
+    # demo.flaky has a fuse, tripped, and a rate of 1 a minute: the start (the general path on
+    # PostgreSQL, jobs_rate_admit before the row lock) holds the job fuse_open and gives the
+    # rate slot back, so the bucket's next start is not pushed a minute on.
+    policy = {"demo.flaky": {"fuse": True, "rate": "1/m"}}
+    env = {"JOBS_KIND_OVERRIDES": json.dumps(policy)}
+    out = _shell_in_fresh_database(_FUSED_RATED_SCRIPT, "fused_rated", env)
+    held = json.loads(next(x for x in out.splitlines() if x.startswith("HELD="))[5:])
+
+    assert held == {"started": False, "reason": "fuse_open", "spent": []}

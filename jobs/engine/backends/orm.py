@@ -96,6 +96,11 @@ class OrmBackend:
                     delivery.job_id,
                 )
                 return None
+            # jobs_rate_admit moved the bucket before the row lock (the lock order); a job the
+            # checks below do not start gives that slot back, so pause, fuse and concurrency
+            # holds spend no rate slot (the ORM's rate check comes after them).
+            rate = rates.get(job.kind)
+            spent = rate if rate_admitted and rate is not None else None
             if delivery.resume and job.status == JobStatus.RUNNING:
                 mine = job.attempts.filter(
                     number=job.attempts_made,
@@ -103,25 +108,29 @@ class OrmBackend:
                     worker_hostname=delivery.hostname,
                 ).first()
                 if job.attempts_made >= delivery.attempt and mine and mine.finished_at is None:
+                    rating.give_back(job, spent)
                     return started_attempt(job, mine.number)
             job.deliveries += 1
             job.save(update_fields=["deliveries"])
             number, why = self._number(job, delivery, now=now, effects=effects)
             if number is None:
+                rating.give_back(job, spent)
                 _dropped(job, delivery.attempt, why, effects)
                 return None
             if pausing.hold_if_paused(job):
+                rating.give_back(job, spent)
                 _dropped(job, delivery.attempt, DropReason.PAUSED, effects)
                 return None
             fuse = self.fuses.get().get(job.kind)
             if fuse is not None and fusing.hold_if_open(job, fuse, now=now):
+                rating.give_back(job, spent)
                 _dropped(job, delivery.attempt, DropReason.FUSE, effects)
                 return None
             limit = limits.get(job.kind)
             if limit is not None and limiting.hold_if_over_limit(job, limit, admitted=admitted):
+                rating.give_back(job, spent)
                 _dropped(job, delivery.attempt, DropReason.CONCURRENCY, effects)
                 return None
-            rate = rates.get(job.kind)
             if rate is not None and rating.hold_if_over_rate(
                 job, rate, admitted=rate_admitted, now=now, rates_json=flow.rates_json
             ):
