@@ -16,8 +16,10 @@ behind others on its queue, the jobs ahead of it divided by the queue's
 starts per second over the last minute; None where nothing can be said (a
 pause, no worker). A job held for a concurrency slot or a rate limit has its
 reason stored (jobs.engine.limiting, jobs.engine.rating); a rate-limited one's
-`next_attempt_at` is its reserved start, so that is its estimate. The fuses
-of jobs.reasons.WaitingReason are not computed yet.
+`next_attempt_at` is its reserved start, so that is its estimate. A job held
+by an open fuse (`fuse_open`, stored by jobs.engine.fusing) may start at its
+fuse's probe time (the cool-down's end, read from the Fuse row on the job's own
+page); half-open with a probe running, nothing can be said.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from jobs import clock, selectors, waiting, worker_reports
+from jobs import clock, fuse_gate, selectors, waiting, worker_reports
+from jobs.fuse_model import Fuse
+from jobs.fuse_rules import WHOLE_KIND
 from jobs.models import Attempt, Job, JobStatus
 from jobs.pauses import pause_for
-from jobs.reasons import WaitingReason
+from jobs.reasons import FuseState, WaitingReason
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +63,8 @@ def job_waiting(job: Job, *, live: bool = True) -> WaitingNow | None:
     if job.waiting_reason:
         reason = WaitingReason(job.waiting_reason)
         until = job.next_attempt_at
+        if reason == WaitingReason.FUSE_OPEN:
+            until = fuse_probe_due(job) if live else None
         estimate = until if reason != WaitingReason.PAUSED else None
         return WaitingNow(reason, job.waiting_detail, until, estimate)
     if not live or job.status != JobStatus.QUEUED:
@@ -76,6 +82,18 @@ def job_waiting(job: Job, *, live: bool = True) -> WaitingNow | None:
     if full is not None:
         return WaitingNow(WaitingReason.BACKPRESSURE, full, None, estimated_start(job))
     return None
+
+
+def fuse_probe_due(job: Job) -> datetime | None:
+    """When the probe of the fuse holding `job` may start: an open fuse's cool-down end;
+    None when half-open (a probe runs), closed (released at the next tick) or unknown."""
+    config = fuse_gate.configs().get(job.kind)
+    destination = config.destination(job.payload) if config is not None else WHOLE_KIND
+    row = Fuse.objects.filter(kind=job.kind, destination=destination).first()
+    if row is None or row.state != FuseState.OPEN:
+        return None
+    due: datetime | None = row.probe_due_at
+    return due
 
 
 def _queue_consumed(queue: str) -> bool:

@@ -306,3 +306,27 @@ def test_fuse_closed_submission_is_published(
         job = services.job_submit(kind="demo.flaky", payload={"fail_times": 0}).job
     job.refresh_from_db()
     assert (published, job.waiting_reason) == ([job.id], "")
+
+
+@pytest.mark.django_db
+def test_fuse_open_job_estimates_its_start_at_the_probe_time(
+    job_factory: Callable[..., Any], fused: Callable[..., None], api_client: Any
+) -> None:
+    # given demo.flaky's fuse tripped and a job it holds at its start
+    fused()
+    job = job_factory()
+    row = services.fuse_trip(kind="demo.flaky", via="test")
+    assert _start(job) is None
+    due = row.probe_due_at
+    assert due is not None
+
+    # then the API says it waits until the probe's due time, its estimated start
+    shown = api_client.get(f"/api/jobs/{job.id}/").json()
+    assert shown["waiting"]["reason"] == WaitingReason.FUSE_OPEN
+    expected = due.isoformat().replace("+00:00", "Z")
+    assert (shown["waiting"]["until"], shown["estimated_start"]) == (expected, expected)
+
+    # and half-open with another job's probe running, nothing can be said
+    Fuse.objects.update(state=FuseState.HALF_OPEN, probe_due_at=None)
+    shown = api_client.get(f"/api/jobs/{job.id}/").json()
+    assert (shown["waiting"]["until"], shown["estimated_start"]) == (None, None)
