@@ -216,3 +216,41 @@ def test_a_job_the_fuse_holds_spends_no_rate_slot() -> None:
     held = json.loads(next(x for x in out.splitlines() if x.startswith("HELD="))[5:])
 
     assert held == {"started": False, "reason": "fuse_open", "spent": []}
+
+
+_KEYED_RATE_SCRIPT = """
+import json, os
+from jobs import clock, engine
+from jobs.engine.values import Delivery
+from jobs.kinds import policy_for
+from jobs.models import RateBucket
+from jobs.rate_gate import rates
+
+the_engine = engine.current()
+payloads = [{"fail_times": 0, "sleep_seconds": 0, "account": a} for a in (42, "42", None)]
+for payload in payloads:
+    job = the_engine.submitted(
+        delayed=False, run_after=None, kind="demo.flaky", queue="default", payload=payload,
+        max_attempts=policy_for("demo.flaky").max_attempts, enqueued_at=clock.now(),
+    )
+    job.save(force_insert=True)
+    the_engine.start(Delivery(job_id=job.id, attempt=1, hostname="w@h", pid=os.getpid(), rss_bytes=1))
+rate = rates()["demo.flaky"]
+print("KEYS=" + json.dumps({
+    "pg": sorted(RateBucket.objects.values_list("key", flat=True)),
+    "python": sorted(rate.key(p) for p in payloads),
+}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_rate_keys_agree_between_postgres_and_python() -> None:
+    # jobs_rate_admit keys a bucket by (payload #> path)::text; Python's payload_key (the pacer,
+    # the ORM path, the waiting detail) gives the same text: 42 and "42" are two keys in both.
+    policy = {"demo.flaky": {"rate": "1/m", "rate_key": "account"}}
+    out = _shell_in_fresh_database(
+        _KEYED_RATE_SCRIPT, "rate_keys", {"JOBS_KIND_OVERRIDES": json.dumps(policy)}
+    )
+    keys = json.loads(next(x for x in out.splitlines() if x.startswith("KEYS="))[5:])
+
+    assert keys["pg"] == keys["python"] == ['"42"', "42", "null"]
