@@ -8,7 +8,8 @@ workers of 4 children (16 children), and one host with the web and the scheduler
 harness.BASE_ENV); Redis, PostgreSQL. With 16 free children a queued short job starts as soon
 as it is submitted, so "3 running" is made exact in time rather than by the pool's size: the 3
 long jobs are submitted and seen running, the kind is paused, and only then are the 500
-submitted (they queue behind the pause). Every attempt started after the pause's
+submitted (they are published, and each delivery on either host goes back to wait in the
+database: counted from `deliveries`). Every attempt started after the pause's
 `paused_at` (the database's time) is counted every 75 ms while paused.
 """
 
@@ -140,6 +141,10 @@ def test_pause_500_queued_3_running_on_two_hosts(cluster: Cluster) -> None:
     while time.monotonic() < until:
         sample()
         time.sleep(SAMPLE)
+    # deliveries of the 500 sent back to wait by the workers (not held at publish)
+    bounced = platform.scalar(
+        "SELECT count(*) FROM jobs_job WHERE waiting_reason = 'paused' AND deliveries > 0"
+    )
     assert late == 0, f"{late} attempts started after the pause"
     assert platform.scalar("SELECT count(*) FROM jobs_attempt") == RUNNING
     for job_id in running:
@@ -194,6 +199,7 @@ def test_pause_500_queued_3_running_on_two_hosts(cluster: Cluster) -> None:
         f"\npause on 2 hosts x 2 workers x 4: {QUEUED} submitted behind the pause in"
         f" {submitted_in:.1f} s; {RUNNING} ran through it; {samples} samples every"
         f" {SAMPLE * 1000:.0f} ms while paused, {late} attempts started after the pause;"
+        f" {bounced} of the 500 delivered and sent back to wait;"
         f" resume: released {after['released']:.3f} s, first start {after['started']:.3f} s"
         f" (bound {START_SLACK:.1f}), all {RUNNING + QUEUED - 1} done {drained:.1f} s after"
         f" the request; final {counts}, {attempts} attempts for {ran} jobs that ran, broker"
