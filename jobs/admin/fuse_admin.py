@@ -10,38 +10,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from jobs import services
+from jobs.admin.toggle_form import ToggleForm
 from jobs.errors import JobsError
 from jobs.fuse_model import Fuse
 from jobs.services.fuse_ops import fuse_config
 
 
-class FuseForm(forms.ModelForm):
+class FuseForm(ToggleForm):
     """Trips the fuse of a kind that has one (refuses any other kind with one readable line)."""
 
     class Meta:
         model = Fuse
         fields = ("kind", "destination", "reason")
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        try:
-            fuse_config(str(data.get("kind", "")))
-        except JobsError as exc:
-            raise ValidationError(str(exc)) from None
-        return data
+    exists_message = "That fuse exists: trip it from the list."
 
-    def validate_unique(self) -> None:
-        try:
-            super().validate_unique()
-        except ValidationError:
-            raise ValidationError("That fuse exists: trip it from the list.") from None
+    def check(self, data: dict[str, Any]) -> None:
+        fuse_config(str(data.get("kind", "")))
 
 
 @admin.register(Fuse)

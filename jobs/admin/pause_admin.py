@@ -9,39 +9,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from jobs import pauses
+from jobs.admin.toggle_form import ToggleForm
 from jobs.errors import JobsError
 from jobs.models import Pause
 from jobs.reasons import PauseScope
 
 
-class PauseForm(forms.ModelForm):
+class PauseForm(ToggleForm):
     """Refuses an unknown kind or queue, and what is paused already, with one readable line."""
 
     class Meta:
         model = Pause
         fields = ("scope", "name", "reason")
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        try:
-            scope = pauses.pause_scope(str(data.get("scope", "")))
-            pauses.pause_name_check(scope=scope, name=str(data.get("name", "")))
-        except JobsError as exc:
-            raise ValidationError(str(exc)) from None
-        return data
+    exists_message = "That kind or queue is paused already."
 
-    def validate_unique(self) -> None:
-        try:
-            super().validate_unique()
-        except ValidationError:
-            raise ValidationError("That kind or queue is paused already.") from None
+    def check(self, data: dict[str, Any]) -> None:
+        scope = pauses.pause_scope(str(data.get("scope", "")))
+        pauses.pause_name_check(scope=scope, name=str(data.get("name", "")))
 
 
 @admin.register(Pause)
