@@ -13,6 +13,8 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from datetime import datetime
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
@@ -60,18 +62,33 @@ class LostMessageWatch:
     for microseconds between taking it from a list and recording it as
     unacknowledged, so one sighting proves nothing; the next check,
     `interval` seconds later (JOBS_LOST_MESSAGE_CHECK_INTERVAL by default),
-    sees such a message recorded or its attempt started. The sightings live
-    in this process: a restarted scheduler confirms afresh.
+    sees such a message recorded or its attempt started. A queued job whose
+    message a consumer holds unacknowledged (reason "held": its worker may
+    have died with it) is republished once every check for `held_after`
+    seconds (JOBS_REPUBLISH_AFTER) found it held, timed on this process's
+    monotonic clock, not on the consumer's host clock or the publish time.
+    The sightings live in this process: a restarted scheduler confirms afresh.
     """
 
-    def __init__(self, *, interval: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        interval: float | None = None,
+        held_after: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.clock = clock  # seconds, monotonic
         self.interval = settings.JOBS_LOST_MESSAGE_CHECK_INTERVAL if interval is None else interval
+        self.held_after = settings.JOBS_REPUBLISH_AFTER if held_after is None else held_after
         self.pending: dict[uuid.UUID, services.Suspect] = {}
-        self.next_check = 0.0  # time.monotonic() of the next check
+        # held jobs: (published_at, self.clock() of the first sighting in a row)
+        self.held_since: dict[uuid.UUID, tuple[datetime | None, float]] = {}
+        self.next_check = 0.0  # self.clock() of the next check
 
     def reset(self) -> None:
         """Forget every sighting (the next suspects need two checks again)."""
         self.pending = {}
+        self.held_since = {}
 
     def check(self, *, publish_limit: int, claimer: str = "") -> int:
         """Run a check when one is due; returns how many jobs were put back for publishing.
@@ -80,14 +97,14 @@ class LostMessageWatch:
         the rest). An unreadable broker is logged and skipped; raises the
         database's errors.
         """
-        if time.monotonic() < self.next_check:
+        if self.clock() < self.next_check:
             return 0
-        self.next_check = time.monotonic() + self.interval
+        self.next_check = self.clock() + self.interval
         try:
             found = services.lost_message_suspects(
                 queues=list(settings.JOBS_QUEUES),
                 margin=settings.JOBS_LOST_MESSAGE_MARGIN,
-                held_after=settings.JOBS_REPUBLISH_AFTER,
+                held_after=0.0,  # every held job: how long it is held is timed here
                 limit=LOST_MESSAGE_LIMIT,
             )
         except DatabaseError:
@@ -97,20 +114,36 @@ class LostMessageWatch:
             self.reset()  # "consecutive" means no failed check in between
             logger.warning("lost-message check skipped: %s: %s", type(exc).__name__, exc)
             return 0
-        confirmed = [
-            suspect
-            for job_id, suspect in found.items()
-            if (seen := self.pending.get(job_id)) is not None
-            and seen.published_at == suspect.published_at
-        ]
-        for suspect in confirmed:
-            del found[suspect.job_id]
-        self.pending = found
+        confirmed = self._confirmed(found, now=self.clock())
         if not confirmed:
             return 0
         return services.lost_messages_republish(
             suspects=confirmed, publish_limit=publish_limit, claimer=claimer
         )
+
+    def _confirmed(
+        self, found: dict[uuid.UUID, services.Suspect], *, now: float
+    ) -> list[services.Suspect]:
+        """Suspects of this check that earlier checks confirm; keeps the rest's sightings."""
+        confirmed: list[services.Suspect] = []
+        pending: dict[uuid.UUID, services.Suspect] = {}
+        held_since: dict[uuid.UUID, tuple[datetime | None, float]] = {}
+        for job_id, suspect in found.items():
+            if suspect.reason == services.SuspectReason.HELD:
+                published_at, since = self.held_since.get(job_id, (None, now))
+                if published_at != suspect.published_at:
+                    since = now  # held afresh (republished or requeued in between)
+                held_since[job_id] = (suspect.published_at, since)
+                if since < now and now - since >= self.held_after:
+                    confirmed.append(suspect)
+            elif (seen := self.pending.get(job_id)) is not None and (
+                seen.published_at == suspect.published_at
+            ):
+                confirmed.append(suspect)
+            else:
+                pending[job_id] = suspect
+        self.pending, self.held_since = pending, held_since
+        return confirmed
 
 
 def sweep(

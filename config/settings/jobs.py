@@ -97,12 +97,14 @@ JOBS_LOST_MESSAGE_CHECK_INTERVAL: float = env.float(
 )
 JOBS_LOST_MESSAGE_MARGIN: float = env.float("JOBS_LOST_MESSAGE_MARGIN", default=2.0)
 # A queued job whose message a consumer has held unacknowledged (not started)
-# since it was published longer ago than this (seconds) is published again:
-# that consumer is most likely dead, and kombu would restore the message only
-# after the visibility timeout. A duplicate delivery is dropped unrun, so this
-# only costs a message. The scheduler also republishes every queued job at
-# once when the broker's run_id changes (a restart).
-JOBS_REPUBLISH_AFTER: float = env.float("JOBS_REPUBLISH_AFTER", default=600.0)
+# for longer than this (seconds, timed by the scheduler from its first
+# sighting) is published again: that consumer is most likely dead (a SIGKILLed
+# host), and kombu would restore the message only after the visibility
+# timeout. A live worker starts a delivered job within milliseconds (prefetch
+# 1, acks_late), and a duplicate delivery is dropped unrun, so this only costs
+# a message. The scheduler also republishes every queued job at once when the
+# broker's run_id changes (a restart).
+JOBS_REPUBLISH_AFTER: float = env.float("JOBS_REPUBLISH_AFTER", default=60.0)
 # How long a unit of database work (starting or recording an attempt) is
 # retried on a fresh connection after the connection was lost (jobs.db); an
 # attempt's outcome that still cannot be written is spooled to Redis for the

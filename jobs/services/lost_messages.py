@@ -64,10 +64,12 @@ Celery); if that message waits longer than two checks, the job is
 republished and the later of its two deliveries is dropped unrun.
 
 Not a lost message: a message a consumer took and holds unacknowledged
-without starting it (its worker may be dead; kombu restores it after the
-visibility timeout). Such a job is republished only once it was published
-longer than JOBS_REPUBLISH_AFTER ago (reason "held"); a duplicate delivery
-is dropped unrun by attempt_start either way.
+without starting it (its worker may be dead, e.g. a SIGKILLed host; kombu
+restores it only after the visibility timeout). Such a job is a suspect with
+reason "held" once published longer than `held_after` ago; the scheduler
+passes 0 and republishes it once its own checks saw it held for
+JOBS_REPUBLISH_AFTER (jobs.scheduler.LostMessageWatch). A duplicate
+delivery is dropped unrun by attempt_start either way.
 """
 
 from __future__ import annotations

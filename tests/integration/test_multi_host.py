@@ -51,6 +51,8 @@ ENV = {
     "JOBS_QUEUE_MAX_READY": str(10**6),
     "JOBS_LOST_MESSAGE_CHECK_INTERVAL": "2",
     "JOBS_LOST_MESSAGE_MARGIN": "1",
+    # scaled down like the lease: a killed host's prefetched messages come back in 20 s
+    "JOBS_REPUBLISH_AFTER": "20",
 }
 BROKERS = ["redis", pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)]
 

@@ -15,6 +15,8 @@ Detection time: from the fault to the job's row being republished (its
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -261,3 +263,78 @@ def test_jobs_waiting_in_a_long_queue_are_never_republished(
     assert "lost messages:" not in scheduler.log()
     assert lost_counted(platform) == 0
     assert sum(client.llen(k) for k in queue_keys("default")) == 0
+
+
+# A consumer that takes one message the way a Celery worker does (kombu's Redis QoS records
+# it in the `unacked` hash), never acknowledges it, and waits to be killed.
+THIEF = """
+import sys, time
+from kombu import Connection, Consumer, Queue
+with Connection(sys.argv[1]) as conn:
+    got = []
+    with Consumer(conn, [Queue("default")], callbacks=[lambda body, m: got.append(m)],
+                  accept=["json"], prefetch_count=1):
+        while not got:
+            conn.drain_events(timeout=10)
+        print("taken", flush=True)
+        time.sleep(300)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_message_held_by_a_sigkilled_consumer_is_republished_after_republish_after(
+    platform_factory: Callable[..., Platform],
+) -> None:
+    # given a 1-child worker busy with a long job, so a later message waits in the list,
+    # and a held message republished after 3 s (JOBS_REPUBLISH_AFTER)
+    held_after = 3.0
+    env = {**LOST_MESSAGE_ENV, "JOBS_REPUBLISH_AFTER": str(held_after)}
+    platform = platform_factory("lost_held", env=env, worker_concurrency=1)
+    client = redis.Redis.from_url(platform.redis.url)
+    blocker = occupy_worker(platform)
+    job_id = platform.submit("demo.flaky", {"fail_times": 0})
+    wait_for(lambda: len(messages_of(client, job_id)) == 1, timeout=30, what="message in list")
+    before = stamped_rows(platform, [job_id])
+    unacked = client.hlen("unacked")  # the blocker's message (acks_late)
+    # and it has waited in the list longer than that: the time held counts, not since publish
+    wait_for(
+        lambda: (
+            platform.scalar(
+                "SELECT extract(epoch FROM now() - published_at) FROM jobs_job WHERE id = %s",
+                (job_id,),
+            )
+            > held_after + 1
+        ),
+        timeout=30,
+        what="message older than JOBS_REPUBLISH_AFTER",
+    )
+
+    # when a consumer takes it (recorded unacknowledged, as a worker's prefetch is) and is
+    # SIGKILLed with it, as on a killed host: kombu would restore it only after the
+    # visibility timeout (an hour)
+    thief = subprocess.Popen(
+        [sys.executable, "-c", THIEF, platform.redis.url], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert thief.stdout is not None
+        assert thief.stdout.readline().strip() == "taken"
+    finally:
+        thief.kill()
+        thief.wait(timeout=10)
+    taken = time.time()
+    assert messages_of(client, job_id) == []
+    assert client.hlen("unacked") == unacked + 1
+
+    # then it is published again, not before it was seen held for JOBS_REPUBLISH_AFTER,
+    # and within that plus two checks and a sweep
+    republished = wait_republished(platform, [job_id], before, timeout=WITHIN_SECONDS)
+    print(f"held by a killed consumer: republished {republished - taken:.2f}s after the kill")
+    assert held_after <= republished - taken <= held_after + 4 * CHECK_INTERVAL + 2.0
+    assert len(messages_of(client, job_id)) == 1
+
+    # and once the worker is free it runs once, from the new message
+    cancel(platform, blocker)
+    job = platform.wait_job(job_id, timeout=60)
+    assert job["status"] == "succeeded", job
+    assert [a["outcome"] for a in job["attempts"]] == ["succeeded"]

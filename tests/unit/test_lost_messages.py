@@ -215,3 +215,58 @@ def test_republish_skips_a_row_that_changed_since_it_was_suspected(
 
     assert services.lost_messages_republish(suspects=[suspect], publish_limit=10) == 0
     assert broker_redis.llen("default") == 0
+
+
+def test_watch_republishes_a_held_job_once_held_for_republish_after_and_not_before(
+    job_factory: Callable[..., Job],
+    broker_redis: redis.Redis,
+    settings: Any,
+) -> None:
+    # given a job a (dead) consumer took and holds unacknowledged, published long ago
+    settings.JOBS_LOST_MESSAGE_MARGIN = 0.0
+    held = job_factory(published_at=timezone.now() - timedelta(hours=2))
+    broker_redis.hset(
+        "unacked", "tag-1", json.dumps([json.loads(message(held, stamp=None)), "", "default"])
+    )
+    clock = {"now": 1000.0}
+    watch = LostMessageWatch(interval=0, held_after=20.0, clock=lambda: clock["now"])
+
+    # when checks see it held for less than held_after: nothing is published,
+    # however old its publish is (the time held is what counts)
+    for clock["now"] in (1000.0, 1010.0, 1019.9):
+        assert watch.check(publish_limit=10) == 0
+    assert broker_redis.llen("default") == 0
+
+    # when a check sees it held for held_after: it is published once more
+    clock["now"] = 1020.0
+    assert watch.check(publish_limit=10) == 1
+    held.refresh_from_db()
+    assert held.status == JobStatus.QUEUED
+    assert broker_redis.llen("default") == 1
+
+
+def test_watch_times_a_held_job_afresh_after_a_failed_check(
+    job_factory: Callable[..., Job],
+    broker_redis: redis.Redis,
+    settings: Any,
+) -> None:
+    # given a held job seen held for 15 s, then one check that could not read the broker
+    settings.JOBS_LOST_MESSAGE_MARGIN = 0.0
+    held = job_factory(published_at=timezone.now() - timedelta(seconds=5))
+    broker_redis.hset(
+        "unacked", "tag-1", json.dumps([json.loads(message(held, stamp=None)), "", "default"])
+    )
+    clock = {"now": 0.0}
+    watch = LostMessageWatch(interval=0, held_after=20.0, clock=lambda: clock["now"])
+    assert watch.check(publish_limit=10) == 0
+    clock["now"] = 15.0
+    assert watch.check(publish_limit=10) == 0
+    watch.reset()  # what a failed check does
+
+    # then 20 s after the first sighting it is not yet republished: sightings must be consecutive
+    clock["now"] = 21.0
+    assert watch.check(publish_limit=10) == 0
+    clock["now"] = 40.9
+    assert watch.check(publish_limit=10) == 0
+    clock["now"] = 41.0
+    assert watch.check(publish_limit=10) == 1
