@@ -62,16 +62,23 @@ class PauseAdmin(admin.ModelAdmin):
 
     @admin.action(description="Resume selected (their held jobs start at the next tick)")
     def resume_action(self, request: HttpRequest, queryset: QuerySet[Pause]) -> None:
-        _resume(request, list(queryset), actor=request.user)
+        done = _resume(request, list(queryset), actor=request.user)
+        if done:
+            messages.info(request, f"Resumed: {', '.join(done)}.")
 
 
-def _resume(request: HttpRequest, rows: list[Pause], *, actor: Any = None) -> None:
+def _resume(request: HttpRequest, rows: list[Pause], *, actor: Any = None) -> list[str]:
+    """Resume each row; returns "scope name" of those resumed (a refusal is a warning)."""
     # The admin's own delete logs the deletion; the action logs through the service.
+    done = []
     for row in rows:
         try:
             pauses.resume(scope=row.scope, name=row.name, actor=actor, via="admin")
         except JobsError as exc:
             messages.warning(request, str(exc))
+            continue
+        done.append(f"{row.scope} {row.name}")
+    return done
 
 
 def pause_selected(
