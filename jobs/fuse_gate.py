@@ -71,6 +71,7 @@ def config_of(name: str, policy: Policy) -> FuseConfig | None:
         failure_ratio=float(policy.fuse_failure_ratio),
         min_attempts=policy.fuse_min_attempts,
         window=float(policy.fuse_window),
+        window_attempts=policy.fuse_window_attempts,
         cooldown=float(policy.fuse_cooldown),
         cooldown_max=float(policy.fuse_cooldown_max),
     )

@@ -16,7 +16,8 @@ class Fuse(models.Model):
     """A fuse of `kind` for `destination` (a host, or "*" for the whole kind).
 
     `state` closed / open / half_open; the window (`window_started_at`,
-    `attempts`, `failures`) counts while closed; `probe_due_at` is when an
+    `attempts`, `failures`, `history`: the last `fuse_window_attempts` ends)
+    counts while closed; `probe_due_at` is when an
     open fuse lets one probe start (`opened_at` + `cooldown_seconds`);
     `probe_job_id` and `probe_started_at` name the probe while half-open.
     `trips` counts closed -> open (jobs_fuse_trips_total). `changed_by` and
@@ -32,6 +33,8 @@ class Fuse(models.Model):
     window_started_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     failures = models.PositiveIntegerField(default=0)
+    # the window's last ends as bits, the latest lowest, 1 a failure (jobs.fuse_rules)
+    history = models.BigIntegerField(default=0)
     opened_at = models.DateTimeField(null=True, blank=True)
     probe_due_at = models.DateTimeField(null=True, blank=True)
     cooldown_seconds = models.FloatField(default=0.0)

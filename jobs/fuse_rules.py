@@ -5,9 +5,13 @@ seconds, the database's clock in the callers) and returns the next state.
 The row changes are jobs.engine.fusing's; docs/flow-control.md ("Fuse").
 
 - closed: attempts start. Each attempt's end that says something about the
-  dependency counts in a fixed window of `window` seconds; when the window
-  holds at least `min_attempts` of them and failures / attempts >=
-  `failure_ratio`, the fuse trips: open, cool-down `cooldown`.
+  dependency is counted: the window is the last `window_attempts` counted
+  ends (a count-based sliding window, as resilience4j's), emptied when
+  `window` seconds passed since it began; when it holds at least
+  `min_attempts` ends and failures / ends >= `failure_ratio`, the fuse
+  trips: open, cool-down `cooldown`. Counting the last ends, not every end
+  of a period, lets a dependency that fails after a busy calm trip the fuse
+  within a few failures: a thousand successes just before do not outvote them.
 - open: no attempt starts until `probe_due` (opened + cool-down). The first
   start after it becomes the probe: half-open.
 - half-open: only the probe runs. Its success closes the fuse (window
@@ -27,6 +31,8 @@ from jobs.reasons import FuseState
 
 # A fuse per kind and per destination: the destination of a fuse without `fuse_key`.
 WHOLE_KIND = "*"
+# The most ends a window keeps: its bits fit a signed 64-bit column (jobs_fuse.history).
+MAX_WINDOW_ATTEMPTS = 62
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class FuseRules:
     failure_ratio: float = 0.5
     min_attempts: int = 10
     window: float = 60.0
+    window_attempts: int = 20
     cooldown: float = 30.0
     cooldown_max: float = 600.0
 
@@ -43,12 +50,14 @@ class FuseRules:
 @dataclass(frozen=True)
 class FuseSnapshot:
     """One fuse's state. Times are epoch seconds (None: not set); `probe_job` is the probe's
-    job id as text ("" : none); `trips` counts closed -> open."""
+    job id as text ("" : none); `trips` counts closed -> open. `history`: the window's
+    ends as bits, the latest lowest, 1 a failure; `attempts` and `failures` count them."""
 
     state: FuseState = FuseState.CLOSED
     window_started: float | None = None
     attempts: int = 0
     failures: int = 0
+    history: int = 0
     opened_at: float | None = None
     probe_due: float | None = None
     cooldown: float = 0.0
@@ -99,8 +108,14 @@ def record_end(
     if failed is None:
         return s
     if s.window_started is None or now - s.window_started >= rules.window:
-        s = replace(s, window_started=now, attempts=0, failures=0)
-    s = replace(s, attempts=s.attempts + 1, failures=s.failures + (1 if failed else 0))
+        s = replace(s, window_started=now, attempts=0, failures=0, history=0)
+    history = ((s.history << 1) | (1 if failed else 0)) & ((1 << rules.window_attempts) - 1)
+    s = replace(
+        s,
+        history=history,
+        attempts=min(s.attempts + 1, rules.window_attempts),
+        failures=history.bit_count(),
+    )
     if tripped(s, rules):
         return trip(s, rules, now=now)
     return s
@@ -131,6 +146,7 @@ def _open(s: FuseSnapshot, *, now: float, cooldown: float, due: float) -> FuseSn
         window_started=None,
         attempts=0,
         failures=0,
+        history=0,
     )
 
 
@@ -148,10 +164,12 @@ def check_fields(
     window: Any,
     cooldown: Any,
     cooldown_max: Any,
+    window_attempts: Any = 20,
 ) -> None:
     """Raise ValueError, naming the field and value, unless a policy's fuse fields are valid:
     `fuse` a bool; `fuse_key` None or a dotted payload path; `fuse_failure_ratio` in (0, 1];
-    `fuse_min_attempts` a whole number >= 1; the times finite numbers > 0 with
+    `fuse_min_attempts` a whole number >= 1; `fuse_window_attempts` a whole number from
+    `fuse_min_attempts` to MAX_WINDOW_ATTEMPTS; the times finite numbers > 0 with
     `fuse_cooldown` <= `fuse_cooldown_max`. (jobs.policy.Policy calls it.)"""
     if not isinstance(fuse, bool):
         raise ValueError(f"fuse must be true or false, not {fuse!r}")
@@ -164,6 +182,15 @@ def check_fields(
     if isinstance(min_attempts, bool) or not isinstance(min_attempts, int) or min_attempts < 1:
         raise ValueError(
             f"fuse_min_attempts must be a whole number of at least 1, not {min_attempts!r}"
+        )
+    if (
+        isinstance(window_attempts, bool)
+        or not isinstance(window_attempts, int)
+        or not min_attempts <= window_attempts <= MAX_WINDOW_ATTEMPTS
+    ):
+        raise ValueError(
+            f"fuse_window_attempts must be a whole number from fuse_min_attempts ({min_attempts})"
+            f" to {MAX_WINDOW_ATTEMPTS}, not {window_attempts!r}"
         )
     for name, value in (
         ("fuse_window", window),

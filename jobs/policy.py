@@ -77,6 +77,7 @@ class Policy:
     fuse_failure_ratio: float = 0.5
     fuse_min_attempts: int = 10
     fuse_window: float = 60.0
+    fuse_window_attempts: int = 20
     fuse_cooldown: float = 30.0
     fuse_cooldown_max: float = 600.0
     # At most `rate` attempt starts ("20/s", "600/m") across every worker and host, plus
@@ -123,6 +124,7 @@ class Policy:
             window=self.fuse_window,
             cooldown=self.fuse_cooldown,
             cooldown_max=self.fuse_cooldown_max,
+            window_attempts=self.fuse_window_attempts,
         )
         self._check_rate()
         if self.max_attempts < 1:

@@ -55,6 +55,7 @@ def snapshot(row: Fuse) -> FuseSnapshot:
         window_started=_ts(row.window_started_at),
         attempts=row.attempts,
         failures=row.failures,
+        history=row.history,
         opened_at=_ts(row.opened_at),
         probe_due=_ts(row.probe_due_at),
         cooldown=row.cooldown_seconds,
@@ -71,6 +72,7 @@ def store(row: Fuse, s: FuseSnapshot, *, now: datetime) -> None:
     row.state = s.state.value
     row.window_started_at = _dt(s.window_started)
     row.attempts, row.failures, row.trips = s.attempts, s.failures, s.trips
+    row.history = s.history
     row.opened_at, row.probe_due_at = _dt(s.opened_at), _dt(s.probe_due)
     row.cooldown_seconds = s.cooldown
     row.probe_job_id = uuid.UUID(s.probe_job) if s.probe_job else None
@@ -144,7 +146,6 @@ def record(config: FuseConfig, *, job_id: Any, payload: Any, failed: bool | None
     "tripped", "reopened", "closed" or "". Creates the row on the first counted end; an
     uncounted end (None) still matters when it is the probe's (re-opened, probe due now)."""
     destination = config.destination(payload)
-    now = clock.now()
     with transaction.atomic():
         row = (
             Fuse.objects.select_for_update()
@@ -154,8 +155,11 @@ def record(config: FuseConfig, *, job_id: Any, payload: Any, failed: bool | None
         if row is None and failed is None:
             return ""  # uncounted, and no probe of a fuse that does not exist
         if row is None:
-            _ensure(config.kind, destination, now=now)
+            _ensure(config.kind, destination, now=clock.now())
             row = Fuse.objects.select_for_update().get(kind=config.kind, destination=destination)
+        # Read once the row is locked: ends of a busy kind queue on this lock, and a trip's
+        # `opened_at` must be when it took effect, not when its end began to wait.
+        now = clock.now()
         was = snapshot(row)
         after = record_end(
             was, config.rules, now=now.timestamp(), job_id=str(job_id), failed=failed

@@ -40,6 +40,8 @@ DOWN = float(os.environ.get("OUTAGE_DOWN_SECONDS", "300"))
 JOBS = int(os.environ.get("OUTAGE_JOBS", "1000"))
 OTHERS = 100
 AFTER_RETURN = 120.0
+# Seconds between a trip's `opened_at` (read once its fuse row is locked) and its commit.
+TRIP_COMMIT = 0.05
 TERMINAL = ("succeeded", "dead", "cancelled")
 
 
@@ -169,14 +171,28 @@ def test_dependency_outage_two_hosts(
                     (KIND,),
                 )
             )
+            # Live at the trip: started before it took effect, that is before its commit,
+            # a few ms after `opened_at` (TRIP_COMMIT): a start whose statement began in
+            # between saw the fuse closed.
             live_at_trip = int(
                 platform.scalar(
                     "SELECT count(*) FROM jobs_attempt a JOIN jobs_job j ON j.id = a.job_id"
                     " WHERE j.kind = %s AND a.started_at <= to_timestamp(%s)"
                     " AND (a.finished_at IS NULL OR a.finished_at > to_timestamp(%s))",
-                    (KIND, opened, opened),
+                    (KIND, opened + TRIP_COMMIT, opened),
                 )
             )
+            around_trip = [
+                round(float(r[0]), 3)
+                for r in platform.rows(
+                    "SELECT extract(epoch FROM a.started_at) - %s FROM jobs_attempt a"
+                    " JOIN jobs_job j ON j.id = a.job_id WHERE j.kind = %s"
+                    " AND a.started_at BETWEEN to_timestamp(%s) - interval '1 s'"
+                    " AND to_timestamp(%s) + interval '1 s' ORDER BY 1",
+                    (opened, KIND, opened, opened),
+                )
+            ]
+            print(f"\nattempts started within 1 s of the trip, s after it: {around_trip}")
         submitted.result(timeout=DOWN + 300)
     submit_took = time.time() - down_from
     wait_for(lambda: time.time() >= down_until, timeout=DOWN + 5, interval=0.2, what="outage")

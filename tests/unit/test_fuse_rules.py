@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from jobs.fuse_rules import (
@@ -56,6 +58,39 @@ def test_fuse_rules_window_rolls_over() -> None:
     # then the old failures no longer count
     assert s.state == FuseState.CLOSED
     assert (s.attempts, s.failures) == (1, 1)
+
+
+LAST8 = FuseRules(failure_ratio=0.5, min_attempts=4, window=1000.0, window_attempts=8, cooldown=5.0)
+
+
+def _ends_by(rules: FuseRules, results: list[bool], *, s: FuseSnapshot | None = None) -> list:
+    """The state after each end, one every 0.01 s."""
+    states, s = [], s or FuseSnapshot()
+    for n, failed in enumerate(results):
+        s = record_end(s, rules, now=100.0 + n * 0.01, job_id=f"j{n}", failed=failed)
+        states.append(s)
+    return states
+
+
+def test_fuse_rules_old_successes_do_not_outvote_a_burst_of_failures() -> None:
+    # given a busy calm: 1,000 successes inside the window's time
+    calm = _ends_by(LAST8, [False] * 1000)[-1]
+    assert (calm.state, calm.attempts, calm.failures) == (FuseState.CLOSED, 8, 0)
+    # when the dependency fails: then the 4th failure trips it (4 of the last 8 ends)
+    after = _ends_by(LAST8, [True] * 4, s=calm)
+    assert [s.state for s in after] == [FuseState.CLOSED] * 3 + [FuseState.OPEN]
+    assert after[-1].trips == 1
+
+
+def test_fuse_rules_a_steady_share_under_the_ratio_never_trips() -> None:
+    # given one failure in three ends, for 3,000 ends (what must stay silent), judged
+    # from 6 ends on (at 4, "F S S F" would be 2 of 4: a small window's own noise)
+    rules = replace(LAST8, min_attempts=6)
+    states = _ends_by(rules, [n % 3 == 0 for n in range(3000)])
+    # then it stays closed, counting at most the last 8 ends
+    assert {s.state for s in states} == {FuseState.CLOSED}
+    assert max(s.attempts for s in states) == 8
+    assert max(s.failures for s in states) == 3
 
 
 def test_fuse_rules_open_holds_until_cooldown_then_one_probe() -> None:
@@ -140,6 +175,9 @@ def test_fuse_rules_operator_trip_and_reset() -> None:
         ("window", 0),
         ("cooldown", float("nan")),
         ("cooldown_max", 1.0),
+        ("window_attempts", 9),
+        ("window_attempts", 63),
+        ("window_attempts", True),
     ],
 )
 def test_fuse_rules_check_fields_refuses(field: str, value: object) -> None:
@@ -151,6 +189,7 @@ def test_fuse_rules_check_fields_refuses(field: str, value: object) -> None:
         "window": 60.0,
         "cooldown": 30.0,
         "cooldown_max": 600.0,
+        "window_attempts": 20,
     }
     check_fields(**good)
     with pytest.raises(ValueError, match="fuse"):
