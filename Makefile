@@ -50,10 +50,13 @@ test-slow: $(STAMP)  ## the long integration tests kept out of `make test` for i
 	$(BIN)/python -m pytest -m 'slow and not soak and not drill'
 
 test-rabbitmq: $(STAMP)  ## the broker matrix on RabbitMQ (quorum queues, a vhost per test) (~3 min at load 2-5, ~4.5 min at load 5-9)
-	$(BIN)/python -m pytest -m 'rabbitmq and not drill' tests/integration
+	$(BIN)/python -m pytest -m 'rabbitmq and not drill and not soak' tests/integration
 
 drills: $(STAMP)  ## the live outage drills: each outage fires the one alert named for its cause; the multi-host drills on both brokers; a RabbitMQ node restart on a private node (~9 min)
 	$(BIN)/python -m pytest -m drill
+
+tiers: $(STAMP)  ## test-slow, test-rabbitmq and drills in one pytest session (what .ci/run runs; ~22 min), soak excluded
+	$(BIN)/python -m pytest --durations=15 -m '(slow or rabbitmq or drill) and not soak'
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
