@@ -40,6 +40,7 @@ check (config.startup); `python manage.py check` lists them all.
 - jobs.E030: JOBS_STATE_STORE names a store that cannot work here (unknown,
   postgres on another database, redis with a broker that is not Redis):
   jobs.state_store.problem.
+- jobs.E041: JOBS_RATE_DISPATCH_MARGIN is not a number of seconds from 0 to 1.
 - jobs.E040: a JOBS_PRUNE_* setting retention cannot work with (an age that
   is not a positive number with a unit or "off", a batch outside
   1..MAX_BATCH, a pause outside 0..60 s, a duty cycle outside 0.01..1, a
@@ -322,3 +323,17 @@ def check_broker(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
 def check_retention(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
     """The JOBS_PRUNE_* settings are ages and a pace (batch, pause, duty, target) retention can use."""
     return [Error(problem, id="jobs.E040") for problem in retention.problems()]
+
+
+@register()
+def check_rate_dispatch_margin(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    """JOBS_RATE_DISPATCH_MARGIN is a number of seconds from 0 to 1."""
+    margin = settings.JOBS_RATE_DISPATCH_MARGIN
+    if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin <= 1:
+        return [
+            Error(
+                f"JOBS_RATE_DISPATCH_MARGIN is {margin!r}; it must be from 0 to 1 second",
+                id="jobs.E041",
+            )
+        ]
+    return []

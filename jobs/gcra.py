@@ -33,6 +33,23 @@ def parse_rate(text: str) -> float:
     return per_second
 
 
+def period_of(text: str) -> float:
+    """The period of a valid rate text in seconds: 1 for "20/s", 60 for "600/m"."""
+    match = _RATE.match(text)
+    if match is None:
+        raise ValueError(f"rate must look like '20/s' or '600/m', not {text!r}")
+    return _UNIT_SECONDS[match.group(2)]
+
+
+def interval_of(*, per_second: float, period: float, margin: float) -> float:
+    """GCRA's emission interval T (seconds) for `per_second` over `period` seconds, with
+    `margin` seconds of dispatch jitter allowed for: the rate x period + 1 starts that the
+    plain T = 1/rate fits in a closed period then span period + margin, so a destination
+    seeing them up to `margin` s apart from one another still counts at most rate x period
+    (+ burst) in any window of one period."""
+    return (period + margin) / (per_second * period)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One GCRA judgement: `admitted`; the bucket's `tat` after it (unchanged when refused);

@@ -23,9 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q
 
-from jobs import waiting
+from jobs import gcra, waiting
 from jobs.concurrency_gate import payload_key, valid_policies
 from jobs.models import Job, JobStatus
 from jobs.outbox_claim import unclaimed
@@ -41,11 +42,19 @@ class KindRate:
     per_second: float
     burst: int = 0
     path: tuple[str, ...] = ()
+    margin: float = 0.0  # seconds of dispatch jitter allowed for (JOBS_RATE_DISPATCH_MARGIN)
 
     @property
     def interval(self) -> float:
-        """Seconds between two starts at the rate (GCRA's emission interval T)."""
-        return 1.0 / self.per_second
+        """Seconds between two starts (GCRA's emission interval T), the margin included."""
+        return gcra.interval_of(
+            per_second=self.per_second, period=gcra.period_of(self.text), margin=self.margin
+        )
+
+    @property
+    def enforced_per_second(self) -> float:
+        """Starts per second the buckets allow: 1 / `interval` (just under `per_second`)."""
+        return 1.0 / self.interval
 
     def key(self, payload: Any) -> str | None:
         """The key value of a job with `payload` (jobs.concurrency_gate.payload_key)."""
@@ -56,14 +65,21 @@ class KindRate:
         return waiting.for_rate(kind=self.kind, rate=self.text, key=self.key(payload), wait=wait)
 
 
-def rates() -> dict[str, KindRate]:
-    """{kind: its rate} of every registered kind whose policy (overrides applied) sets `rate`.
-    A kind with an invalid override is left out (the system check jobs.E002 says why)."""
+def rates(*, margin: float | None = None) -> dict[str, KindRate]:
+    """{kind: its rate} of every registered kind whose policy (overrides applied) sets `rate`,
+    with `margin` seconds of dispatch jitter (default JOBS_RATE_DISPATCH_MARGIN). A kind
+    with an invalid override is left out (the system check jobs.E002 says why)."""
+    margin = settings.JOBS_RATE_DISPATCH_MARGIN if margin is None else margin
     found: dict[str, KindRate] = {}
     for name, policy in valid_policies():
         if policy.rate is not None and policy.rate_per_second is not None:
             found[name] = KindRate(
-                name, policy.rate, policy.rate_per_second, policy.rate_burst, policy.rate_path
+                name,
+                policy.rate,
+                policy.rate_per_second,
+                policy.rate_burst,
+                policy.rate_path,
+                margin,
             )
     return found
 

@@ -105,6 +105,11 @@ JOBS_LOST_MESSAGE_MARGIN: float = env.float("JOBS_LOST_MESSAGE_MARGIN", default=
 # a message. The scheduler also republishes every queued job at once when the
 # broker's run_id changes (a restart).
 JOBS_REPUBLISH_AFTER: float = env.float("JOBS_REPUBLISH_AFTER", default=60.0)
+# Seconds of jitter between an attempt's start and its request reaching the
+# destination that a kind's `rate` allows for: "20/s" lets 21 starts span 1 s
+# plus this, so the destination counts at most 20 (+ burst) in any second
+# (jobs.gcra.interval_of; docs/flow-control.md, "Rate limits"). 0 to 1 s.
+JOBS_RATE_DISPATCH_MARGIN: float = env.float("JOBS_RATE_DISPATCH_MARGIN", default=0.025)
 # How long a unit of database work (starting or recording an attempt) is
 # retried on a fresh connection after the connection was lost (jobs.db); an
 # attempt's outcome that still cannot be written is spooled to Redis for the

@@ -151,7 +151,9 @@ def _orm_admits(job: Job, rate: KindRate, *, at: float) -> bool:
     if job.waiting_reason != WaitingReason.RATE_LIMIT and rate_gate.older_waits(job, rate):
         return False
     bucket = _bucket(job.kind, job.payload, rate)
-    verdict = gcra.judge(tat=bucket.tat, at=at, per_second=rate.per_second, burst=rate.burst)
+    verdict = gcra.judge(
+        tat=bucket.tat, at=at, per_second=rate.enforced_per_second, burst=rate.burst
+    )
     if verdict.admitted:
         bucket.tat = verdict.tat
         bucket.save(update_fields=["tat"])
@@ -164,7 +166,11 @@ def _orm_reserve(kind: str, payload: Any, rate: KindRate, *, at: float) -> float
     its planning cursor, which moves one interval on."""
     bucket = _bucket(kind, payload, rate)
     slot = gcra.next_slot(
-        tat=bucket.tat, plan=bucket.plan, at=at, per_second=rate.per_second, burst=rate.burst
+        tat=bucket.tat,
+        plan=bucket.plan,
+        at=at,
+        per_second=rate.enforced_per_second,
+        burst=rate.burst,
     )
     bucket.plan = slot + rate.interval
     bucket.save(update_fields=["plan"])

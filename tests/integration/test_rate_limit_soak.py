@@ -152,9 +152,10 @@ def test_rate_20_per_second_across_two_hosts(cluster: Cluster, counter: Counter)
     )
     assert len(requests) == JOBS
     assert platform.scalar("SELECT count(*) FROM jobs_attempt") == JOBS
-    # The guarantee is on the starts; a request follows its start by the HTTP call's own
-    # latency, whose jitter can move one request into the next second (measured: 20, 20, 21, 20).
+    # A request follows its start by the HTTP call's own latency; the buckets space starts
+    # by JOBS_RATE_DISPATCH_MARGIN more per second, so that jitter keeps the destination's
+    # count within the rate too (without it: 20, 20, 21, 20 at the server in 4 runs).
     assert worst_window(starts) <= RATE + BURST
-    assert worst_window(requests) <= RATE + BURST + 1
+    assert worst_window(requests) <= RATE + BURST
     assert mean_rate(requests, burst=BURST) == pytest.approx(RATE, rel=0.1)
     assert len(hosts) == 2

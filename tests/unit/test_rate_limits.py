@@ -132,6 +132,41 @@ def test_gcra_never_exceeds_rate_plus_burst_in_a_sliding_second(burst: int) -> N
     assert (in_order - burst) / 5.0 == pytest.approx(20, rel=0.1)
 
 
+@pytest.mark.parametrize("burst", [0, 2])
+def test_gcra_dispatch_margin_keeps_every_closed_second_at_the_destination_within_the_rate(
+    burst: int,
+) -> None:
+    # given 20/s judged as KindRate does, with 25 ms of dispatch margin, arrivals every 1 ms
+    rate = KindRate("k", "20/s", 20.0, burst, margin=0.025)
+    assert rate.interval == pytest.approx(0.05125)
+    tat: float | None = None
+    starts = []
+    for at in (i * 0.001 for i in range(5000)):
+        verdict = gcra.judge(tat=tat, at=at, per_second=rate.enforced_per_second, burst=burst)
+        if verdict.admitted:
+            tat = verdict.tat
+            starts.append(at)
+
+    # then without the margin 21 starts fit in a closed second (the fence post) ...
+    plain = [i * 0.05 for i in range(100)]
+    assert max(sum(1 for t in plain if s <= t <= s + 1.0) for s in plain) == 21
+    # ... and with it, each request delayed by any amount from 0 to 25 ms, no closed
+    # second at the destination holds more than 20 + burst
+    rng = random.Random(11)
+    arrivals = sorted(t + rng.uniform(0, 0.025) for t in starts)
+    worst = max(sum(1 for t in arrivals if s <= t <= s + 1.0) for s in arrivals)
+    assert worst <= 20 + burst
+    # and the mean costs the margin, 2.5 %: 20 / 1.025 = 19.5 a second
+    assert (len(starts) - burst) / 5.0 == pytest.approx(20, rel=0.04)
+
+
+def test_rate_dispatch_margin_out_of_range_is_a_system_check_error(settings: Any) -> None:
+    settings.JOBS_RATE_DISPATCH_MARGIN = -0.1
+    assert [e.id for e in checks.check_rate_dispatch_margin(None)] == ["jobs.E041"]
+    settings.JOBS_RATE_DISPATCH_MARGIN = 0.025
+    assert checks.check_rate_dispatch_margin(None) == []
+
+
 def test_gcra_next_slot_follows_the_planning_cursor() -> None:
     # a new bucket: now; a busy one: its first conforming time, not before the cursor
     assert gcra.next_slot(tat=None, plan=None, at=10.0, per_second=4, burst=0) == 10.0
@@ -143,6 +178,8 @@ def test_gcra_next_slot_follows_the_planning_cursor() -> None:
 def rated(settings: Any) -> Callable[..., None]:
     def limit(**policy: Any) -> None:
         settings.JOBS_KIND_OVERRIDES = {"demo.flaky": policy}
+        # exact GCRA intervals here; the dispatch margin has tests of its own
+        settings.JOBS_RATE_DISPATCH_MARGIN = 0.0
 
     return limit
 
