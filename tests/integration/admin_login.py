@@ -9,9 +9,10 @@ import requests
 from tests.integration.harness import HTTP_TIMEOUT, Platform
 
 
-def admin_session(platform: Platform) -> requests.Session:
-    """A session of staff user `ops` (view_job), created on `platform` and logged in."""
-    platform.create_users({"ops": {"staff": True, "perms": ["view_job"], "password": "pw-ops-1"}})
+def admin_session(platform: Platform, perms: tuple[str, ...] = ("view_job",)) -> requests.Session:
+    """A session of staff user `ops` (permission codenames `perms`), created on `platform`
+    and logged in."""
+    platform.create_users({"ops": {"staff": True, "perms": list(perms), "password": "pw-ops-1"}})
     session = requests.Session()
     page = session.get(platform.url("/admin/login/"), timeout=HTTP_TIMEOUT)
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
