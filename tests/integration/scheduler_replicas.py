@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import psycopg
 import redis
 import requests
+from kombu import Connection, Consumer, Queue
+from kombu.message import Message
 from prometheus_client.parser import text_string_to_metric_families
 
 from devstack.processes import ROOT, Process
@@ -122,7 +124,8 @@ def insert_forced_rows(platform: Platform, count: int) -> list[str]:
 
 @dataclass
 class CountingConsumer:
-    """Takes every message off the `default` queue and counts it by job id.
+    """Takes every message off the `default` queue and counts it by job id (Redis: BRPOP of
+    the list; RabbitMQ: a kombu consumer of the quorum queue, each message acknowledged).
 
     Stands in for the workers: each message taken is counted (so a
     duplicate counts, whatever a worker would have done with it) and its
@@ -144,20 +147,41 @@ class CountingConsumer:
         self.thread.join(timeout=10)
 
     def _run(self) -> None:
-        client = redis.Redis.from_url(self.platform.redis.url)
         with psycopg.connect(dsn(self.platform), autocommit=True) as conn:
+            if self.platform.vhost is not None:
+                self._run_amqp(conn)
+                return
+            client = redis.Redis.from_url(self.platform.redis.url)
             while not self.stop.is_set():
                 item = client.brpop(["default"], timeout=1)
-                if item is None:
-                    continue
-                try:
-                    job_id = json.loads(item[1])["headers"]["id"].split(":")[0]
-                    uuid.UUID(job_id)
-                except (ValueError, KeyError) as exc:
-                    self.errors.append(f"unreadable message: {exc}")
-                    continue
-                self.counts[job_id] += 1
-                conn.execute(
-                    "UPDATE jobs_job SET status = 'succeeded', finished_at = now() WHERE id = %s",
-                    (job_id,),
-                )
+                if item is not None:
+                    self._count(conn, json.loads(item[1]).get("headers") or {})
+
+    def _run_amqp(self, conn: psycopg.Connection) -> None:
+        """RabbitMQ: consume the platform's quorum queue as declared (no_declare), ack each."""
+
+        def taken(_body: object, message: Message) -> None:
+            self._count(conn, message.headers or {})
+            message.ack()
+
+        with Connection(self.platform.broker_url) as broker:
+            queue = Queue("default", no_declare=True)
+            with Consumer(broker, [queue], callbacks=[taken], accept=None, prefetch_count=50):
+                while not self.stop.is_set():
+                    try:
+                        broker.drain_events(timeout=1)
+                    except TimeoutError:
+                        continue
+
+    def _count(self, conn: psycopg.Connection, headers: dict) -> None:
+        try:
+            job_id = str(headers["id"]).split(":")[0]
+            uuid.UUID(job_id)
+        except (ValueError, KeyError) as exc:
+            self.errors.append(f"unreadable message: {exc}")
+            return
+        self.counts[job_id] += 1
+        conn.execute(
+            "UPDATE jobs_job SET status = 'succeeded', finished_at = now() WHERE id = %s",
+            (job_id,),
+        )
