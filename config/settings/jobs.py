@@ -109,7 +109,7 @@ JOBS_REPUBLISH_AFTER: float = env.float("JOBS_REPUBLISH_AFTER", default=60.0)
 # destination that a kind's `rate` allows for: "20/s" lets 21 starts span 1 s
 # plus this, so the destination counts at most 20 (+ burst) in any second
 # (jobs.gcra.interval_of; docs/flow-control.md, "Rate limits"). 0 to 1 s.
-JOBS_RATE_DISPATCH_MARGIN: float = env.float("JOBS_RATE_DISPATCH_MARGIN", default=0.025)
+JOBS_RATE_DISPATCH_MARGIN: float = env.float("JOBS_RATE_DISPATCH_MARGIN", default=0.0)
 # How long a unit of database work (starting or recording an attempt) is
 # retried on a fresh connection after the connection was lost (jobs.db); an
 # attempt's outcome that still cannot be written is spooled to Redis for the

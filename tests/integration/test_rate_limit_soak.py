@@ -152,9 +152,9 @@ def test_rate_20_per_second_across_two_hosts(cluster: Cluster, counter: Counter)
     )
     assert len(requests) == JOBS
     assert platform.scalar("SELECT count(*) FROM jobs_attempt") == JOBS
-    # A request follows its start by the HTTP call's own latency; the buckets space starts
-    # by JOBS_RATE_DISPATCH_MARGIN more per second, so that jitter keeps the destination's
-    # count within the rate too (without it: 20, 20, 21, 20 at the server in 4 runs).
+    # The acceptance counts at the server. A request follows its start by a latency whose
+    # spread can put 21 in a second there (20, 20, 21, 20 in 4 runs; 21 with a 25 ms
+    # JOBS_RATE_DISPATCH_MARGIN): docs/flow-control.md, "At the destination". Not met yet.
     assert worst_window(starts) <= RATE + BURST
     assert worst_window(requests) <= RATE + BURST
     assert mean_rate(requests, burst=BURST) == pytest.approx(RATE, rel=0.1)
