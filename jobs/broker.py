@@ -33,7 +33,7 @@ from kombu.transport.redis import PRIORITY_STEPS
 from jobs.broker_transport import redis_client
 
 PRIORITY_SEP = "\x06\x16"
-# Message header stamped by jobs.services.submission.job_publish just before
+# Message header stamped by jobs.services.publishing.job_publish just before
 # the publish: the database's time, ISO 8601 with offset.
 PUBLISHED_AT_HEADER = "jobs_published_at"
 

@@ -40,7 +40,8 @@ from jobs.services.outcomes import (
     outcomes_drain_local,
 )
 from jobs.services.ownership import job_cancel_for, job_requeue_for, job_retry_now_for
-from jobs.services.submission import job_publish, job_submit, jobs_publish, request_fingerprint
+from jobs.services.publishing import job_publish, jobs_publish
+from jobs.services.submission import job_submit, request_fingerprint
 from jobs.services.sweeps import (
     concurrency_release,
     held_release,

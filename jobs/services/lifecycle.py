@@ -32,7 +32,7 @@ from jobs.engine.lifecycle import requeue_max_attempts
 from jobs.engine.values import JobRef, Moved
 from jobs.models import Job, JobStatus
 from jobs.services.audit import job_action_record
-from jobs.services.submission import job_publish
+from jobs.services.publishing import job_publish
 
 logger = logging.getLogger(__name__)
 

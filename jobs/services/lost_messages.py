@@ -88,7 +88,7 @@ from django.db.models import Q
 
 from jobs import broker, brokers, events, outbox_claim, selectors
 from jobs.models import Job, JobStatus
-from jobs.services.submission import job_publish
+from jobs.services.publishing import job_publish
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """`published_at` after a publish, written in batches off the request path.
 
 A submission's row is committed, then its message published, then the row
-stamped `published_at` (jobs.services.submission). The stamp is one more
+stamped `published_at` (jobs.services.publishing). The stamp is one more
 committed UPDATE of a row with many indexes; on the enqueue path it was the
 largest cost the platform adds to a hand-written "insert a row and call
 delay()" view (docs/performance.md, "Enqueue path"). So a web process hands

@@ -13,7 +13,7 @@ from jobs import engine, outbox_claim, selectors
 from jobs.engine.lifecycle import unpublished_before
 from jobs.engine.values import Sweep
 from jobs.models import JobStatus
-from jobs.services.submission import job_publish, jobs_publish
+from jobs.services.publishing import job_publish, jobs_publish
 
 logger = logging.getLogger(__name__)
 

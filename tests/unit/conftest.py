@@ -128,7 +128,8 @@ def published(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         sent.append(job.id)
         return True
 
-    monkeypatch.setattr("jobs.services.submission._publish", publish)
+    monkeypatch.setattr("jobs.services.submission.publish_one", publish)
+    monkeypatch.setattr("jobs.services.publishing.publish_one", publish)
     return sent
 
 

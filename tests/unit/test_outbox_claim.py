@@ -100,7 +100,7 @@ def test_outbox_sweep_releases_what_the_broker_refused(
 ) -> None:
     # given a broker that refuses every publish
     jobs = unpublished(2)
-    monkeypatch.setattr("jobs.services.submission._send", lambda job, stamped_at: False)
+    monkeypatch.setattr("jobs.services.publishing._send", lambda job, stamped_at: False)
 
     # when the sweep claims and fails to publish them
     assert services.outbox_sweep(limit=10, claimer="me") == 0

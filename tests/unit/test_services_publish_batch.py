@@ -11,7 +11,7 @@ import redis
 
 from jobs import services
 from jobs.models import Job, JobStatus
-from jobs.services import submission
+from jobs.services import publishing
 from jobs.tasks import run_attempt_task
 
 
@@ -92,14 +92,14 @@ def test_jobs_publish_skips_a_job_it_cannot_build_and_stamps_what_it_published(
 
     # and when something unexpected raises midway through another batch
     more = [job_factory(), job_factory()]
-    send = submission._send
+    send = publishing._send
 
     def failing(job: Job, **kwargs: Any) -> bool:
         if job.id == more[1].id:
             raise RuntimeError("unexpected")
         return send(job, **kwargs)
 
-    monkeypatch.setattr(submission, "_send", failing)
+    monkeypatch.setattr(publishing, "_send", failing)
     with pytest.raises(RuntimeError):
         services.jobs_publish(job_ids=[job.id for job in more])
     # then the job published before it is stamped all the same (else every sweep
