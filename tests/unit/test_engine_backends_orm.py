@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from jobs.engine.backends.orm import OrmBackend, provably_over
+from jobs.engine.backends.orm import OrmBackend
+from jobs.engine.overlap import provably_over
 from jobs.engine.values import AttemptRef, AttemptReport, Delivery, Effects, Loss
 from jobs.models import AttemptOutcome, DeadReason, Job, JobStatus
 from jobs.reasons import DropReason

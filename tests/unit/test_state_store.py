@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from jobs import state_store
 from jobs.checks import check_state_store
-from jobs.engine.backends.orm import provably_over
+from jobs.engine.overlap import provably_over
 from jobs.reasons import StateStore
 
 

@@ -12,11 +12,8 @@ passed in; the engine's boundary sends them after commit (jobs.engine).
 from __future__ import annotations
 
 import logging
-import os
-import time
 from datetime import UTC, datetime, timedelta
 
-import psutil
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models.functions import Now
@@ -25,6 +22,7 @@ from jobs import budget, concurrency_gate, events, fuse_gate, rate_gate, waiting
 from jobs.decisions import Decision, decide
 from jobs.engine import changes, fusing, limiting, pausing, rating
 from jobs.engine.flow_limits import FlowLimits
+from jobs.engine.overlap import provably_over
 from jobs.engine.values import (
     AttemptEnd,
     AttemptRef,
@@ -369,34 +367,6 @@ class OrmBackend:
             effects.slot_freed(job)
         if moves and decision is not None:
             log_decision(job, row.number, report.outcome, decision, job.last_error)
-
-
-def provably_over(previous: Attempt, job: Job, *, now: datetime, hostname: str) -> bool:
-    """Whether the attempt `previous` can no longer be running.
-
-    True when its lease has expired, or it ran on this machine in a process
-    that is gone, is a zombie, started after the attempt (pid reuse), or is
-    this very process (a prefork child runs one task at a time, so a
-    redelivery it receives cannot overlap its own earlier attempt).
-    """
-    if job.lease_expires_at is not None and job.lease_expires_at < now:
-        return True
-    machine = hostname.rpartition("@")[2]  # Celery node names look like "worker-1@box"
-    if not previous.worker_pid or previous.worker_hostname.rpartition("@")[2] != machine:
-        return False
-    if previous.worker_pid == os.getpid():
-        return True
-    try:
-        process = psutil.Process(previous.worker_pid)
-        # DB time on both sides: the process's start is `now` (the database's
-        # clock) less its age, an interval measured on this host's own clock.
-        started = now.timestamp() - (time.time() - process.create_time())
-        return (
-            process.status() == psutil.STATUS_ZOMBIE
-            or started > previous.started_at.timestamp() + 1
-        )
-    except psutil.NoSuchProcess:
-        return True
 
 
 def _dropped(job: Job, attempt: int, why: str, effects: Effects) -> None:
