@@ -41,7 +41,8 @@ def queries(dialect: str, *, fused: bool = False) -> dict[str, str]:
     """{name: SQL} of `<dialect>.sql` ("postgres", "sqlite"). Raises OSError when absent.
 
     A dialect's `_`-named sections fill the {placeholders} of shared.sql's
-    fragments; the fragments fill its statements' {placeholders}. `fused`
+    fragments; the fragments, and the dialect's own `part_`-named sections (filled
+    with the fragments first), fill its statements' {placeholders}. `fused`
     (some kind has a fuse) puts the dialect's `_lease_fused` in `_lease`'s place.
     """
     own = _sections(dialect)
@@ -49,8 +50,13 @@ def queries(dialect: str, *, fused: bool = False) -> dict[str, str]:
     if fused:
         values["_lease"] = values["_lease_fused"]
     fragments = {name: text.format_map(values) for name, text in _sections("shared").items()}
+    fragments |= {
+        name: text.format_map(fragments) for name, text in own.items() if name.startswith("part_")
+    }
     return {
-        name: text.format_map(fragments) for name, text in own.items() if not name.startswith("_")
+        name: text.format_map(fragments)
+        for name, text in own.items()
+        if not name.startswith(("_", "part_"))
     }
 
 

@@ -28,6 +28,18 @@ extract(epoch FROM p.finished_at)::float8
 -- name: _result
 %(j_result)s::jsonb
 
+-- name: part_start_attempt
+-- The end of both start statements: the job row updated by `j` gets its Attempt row.
+RETURNING jobs_job.*
+), a AS (
+    INSERT INTO jobs_attempt ({attempt_columns})
+    SELECT j.id, %(number)s, %(hostname)s, %(pid)s, GREATEST(%(now)s, j.enqueued_at), NULL, '',
+           '', '', '', %(rss)s, NULL, NULL, ''
+    FROM j
+    RETURNING id, started_at
+)
+SELECT j.*, a.id AS jobs_attempt_id, a.started_at AS jobs_attempt_started_at FROM j, a
+
 -- name: start
 -- queued with attempts_made = number - 1 -> running, the lease taken (the kind's lease in
 -- leases, {kind: seconds}), the Attempt row inserted; a retry only when the retry budget
@@ -37,15 +49,7 @@ WITH j AS (
     SET {start_job_set}
     WHERE {start_job_where}
       AND {not_paused}
-    RETURNING jobs_job.*
-), a AS (
-    INSERT INTO jobs_attempt ({attempt_columns})
-    SELECT j.id, %(number)s, %(hostname)s, %(pid)s, GREATEST(%(now)s, j.enqueued_at), NULL, '',
-           '', '', '', %(rss)s, NULL, NULL, ''
-    FROM j
-    RETURNING id, started_at
-)
-SELECT j.*, a.id AS jobs_attempt_id, a.started_at AS jobs_attempt_started_at FROM j, a
+    {part_start_attempt}
 
 -- name: start_limited
 -- start, used while some kind has a concurrency limit (limits: {kind: {n, path}}) or a rate
@@ -64,15 +68,7 @@ WITH j AS (
       AND jobs_rate_admit(jobs_job.id, jobs_job.kind, jobs_job.payload, jobs_job.enqueued_at,
                           jobs_job.waiting_reason, GREATEST(%(now)s, jobs_job.enqueued_at),
                           %(rates)s::jsonb)
-    RETURNING jobs_job.*
-), a AS (
-    INSERT INTO jobs_attempt ({attempt_columns})
-    SELECT j.id, %(number)s, %(hostname)s, %(pid)s, GREATEST(%(now)s, j.enqueued_at), NULL, '',
-           '', '', '', %(rss)s, NULL, NULL, ''
-    FROM j
-    RETURNING id, started_at
-)
-SELECT j.*, a.id AS jobs_attempt_id, a.started_at AS jobs_attempt_started_at FROM j, a
+    {part_start_attempt}
 
 -- name: finish
 -- running this attempt, unfinished -> the attempt's end and the job's next status, written
