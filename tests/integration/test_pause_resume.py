@@ -18,6 +18,7 @@ import requests
 
 from devstack.services import wait_for
 from tests.integration.harness import HTTP_TIMEOUT, Platform
+from tests.integration.pausing import resume_and_time_first_start
 
 QUEUED = 500
 RUNNING = 3
@@ -121,30 +122,9 @@ def test_pause_resume_kind_with_500_queued_and_3_running(
 
     # when resumed, the held jobs start within one tick and all of them finish
     phase("held")
-    resumed_at = time.time()
-    response = ops.post(
-        platform.url("/api/pauses/resume/"),
-        json={"scope": "kind", "name": "demo.flaky"},
-        timeout=HTTP_TIMEOUT,
+    resumed_at, after = resume_and_time_first_start(
+        ops, platform.url("/api/pauses/resume/"), "demo.flaky", platform, running=RUNNING
     )
-    assert response.status_code == 200, response.text
-    after: dict[str, float] = {}
-
-    def released_and_started() -> bool:
-        # the leader's release pass (no row waits for the pause: claimed to publish), a start
-        now = time.time() - resumed_at
-        if "released" not in after and not platform.scalar(
-            "SELECT count(*) FROM jobs_job WHERE waiting_reason = 'paused'"
-        ):
-            after["released"] = now
-        if (
-            "started" not in after
-            and platform.scalar("SELECT count(*) FROM jobs_attempt") > RUNNING
-        ):
-            after["started"] = now
-        return len(after) == 2
-
-    wait_for(released_and_started, timeout=10, interval=0.01, what="release and a first start")
     first_start = after["started"]
     wait_for(
         lambda: platform.job_count(status="succeeded") == RUNNING + QUEUED - 1,
@@ -152,7 +132,7 @@ def test_pause_resume_kind_with_500_queued_and_3_running(
         interval=0.5,
         what="every held job succeeded",
     )
-    drained = time.time() - resumed_at
+    drained = time.monotonic() - resumed_at
     phase("drained")
     counts = dict(platform.rows("SELECT status, count(*) FROM jobs_job GROUP BY status"))
     print(

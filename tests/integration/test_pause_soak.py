@@ -25,6 +25,7 @@ import requests
 from devstack.services import wait_for
 from tests.integration.harness import HTTP_TIMEOUT, PlatformFactory, require_postgres
 from tests.integration.multi_host import Cluster, build_cluster, start_second_workers
+from tests.integration.pausing import resume_and_time_first_start
 from tests.integration.test_pause_resume import QUEUED, RUN_SECONDS, RUNNING, START_SLACK
 
 pytestmark = [pytest.mark.integration, pytest.mark.soak]
@@ -158,29 +159,9 @@ def test_pause_500_queued_3_running_on_two_hosts(cluster: Cluster) -> None:
     assert cancelled.json()["status"] == "cancelled"
 
     # when resumed, the held jobs start within one tick (+ publish and delivery); all finish
-    resumed_at = time.monotonic()
-    response = ops.post(
-        client.url("/api/pauses/resume/"),
-        json={"scope": "kind", "name": KIND},
-        timeout=HTTP_TIMEOUT,
+    resumed_at, after = resume_and_time_first_start(
+        ops, client.url("/api/pauses/resume/"), KIND, platform, running=RUNNING
     )
-    assert response.status_code == 200, response.text
-    after: dict[str, float] = {}
-
-    def released_and_started() -> bool:
-        now = time.monotonic() - resumed_at
-        if "released" not in after and not platform.scalar(
-            "SELECT count(*) FROM jobs_job WHERE waiting_reason = 'paused'"
-        ):
-            after["released"] = now
-        if (
-            "started" not in after
-            and platform.scalar("SELECT count(*) FROM jobs_attempt") > RUNNING
-        ):
-            after["started"] = now
-        return len(after) == 2
-
-    wait_for(released_and_started, timeout=10, interval=0.01, what="release and a first start")
     cluster.wait_terminal(RUNNING + QUEUED, timeout=300)
     drained = time.monotonic() - resumed_at
     phase("drained")
