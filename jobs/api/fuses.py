@@ -8,39 +8,32 @@ the fuse after the change; 400 for a kind without a fuse.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import permissions, serializers, viewsets
+from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from jobs import services
-from jobs.api.serializers import refuse_unknown_fields
+from jobs.api.staff import StaffActionPermission, StrictSerializer
 from jobs.fuse_model import Fuse
 from jobs.fuse_rules import WHOLE_KIND
 
-_PERMISSION = {"list": "jobs.view_fuse"}
 
-
-class StaffFusePermission(permissions.BasePermission):
+class StaffFusePermission(StaffActionPermission):
     """Staff with the Django permission of the action (view fuse; change fuse to act)."""
 
-    def has_permission(self, request: Request, view: Any) -> bool:
-        user = request.user
-        needed = _PERMISSION.get(getattr(view, "action", "") or "", "jobs.change_fuse")
-        return bool(user and user.is_authenticated and user.is_staff and user.has_perm(needed))
+    needed: ClassVar[Mapping[str, str]] = {"list": "jobs.view_fuse"}
+    otherwise = "jobs.change_fuse"
 
 
-class FuseRequestSerializer(serializers.Serializer):
+class FuseRequestSerializer(StrictSerializer):
     kind = serializers.CharField(max_length=100)
     destination = serializers.CharField(max_length=255, required=False, default=WHOLE_KIND)
     reason = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
-
-    def validate(self, attrs: dict) -> dict:
-        refuse_unknown_fields(self)
-        return attrs
 
 
 class FuseSerializer(serializers.ModelSerializer):

@@ -7,38 +7,33 @@ POST /api/pauses/resume/ {scope, name} (jobs.delete_pause; 404 when not paused).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import permissions, serializers, status, viewsets
+from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from jobs import pauses
-from jobs.api.serializers import refuse_unknown_fields
+from jobs.api.staff import StaffActionPermission, StrictSerializer
 from jobs.models import Pause
 from jobs.reasons import PauseScope
 
-_PERMISSION = {"list": "jobs.view_pause", "create": "jobs.add_pause", "resume": "jobs.delete_pause"}
 
-
-class StaffPausePermission(permissions.BasePermission):
+class StaffPausePermission(StaffActionPermission):
     """Staff with the Django permission of the action (view / add / delete pause)."""
 
-    def has_permission(self, request: Request, view: Any) -> bool:
-        user = request.user
-        needed = _PERMISSION.get(getattr(view, "action", "") or "", "jobs.change_pause")
-        return bool(user and user.is_authenticated and user.is_staff and user.has_perm(needed))
+    needed: ClassVar[Mapping[str, str]] = {
+        "list": "jobs.view_pause",
+        "create": "jobs.add_pause",
+        "resume": "jobs.delete_pause",
+    }
+    otherwise = "jobs.change_pause"
 
 
-class _Strict(serializers.Serializer):
-    def validate(self, attrs: dict) -> dict:
-        refuse_unknown_fields(self)
-        return attrs
-
-
-class PauseTargetSerializer(_Strict):
+class PauseTargetSerializer(StrictSerializer):
     scope = serializers.ChoiceField(choices=[s.value for s in PauseScope])
     name = serializers.CharField(max_length=100)
 
