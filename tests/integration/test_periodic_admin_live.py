@@ -42,6 +42,22 @@ def _fail_times(platform: Platform, job_id: str | None) -> object:
     )
 
 
+def _first_job_after(
+    platform: Platform, change: datetime, *, within: float, delays: dict[str, float], what: str
+) -> Tick:
+    """The first tick due after `change` that made a job; asserts it was due within `within`
+    seconds of the change and records its job's delay in `delays`."""
+    tick: Tick = wait_for(
+        lambda: next((t for t in _ticks_after(platform, change) if t.job_id), None),
+        timeout=15,
+        interval=0.1,
+        what=f"a job after the {what}",
+    )
+    delays[f"{what}: first job after the change"] = (tick.created_at - change).total_seconds()
+    assert tick.due_at <= change + timedelta(seconds=within)
+    return tick
+
+
 @pytest.mark.timeout(180)
 def test_schedule_created_edited_disabled_in_the_live_admin_within_one_tick_with_history(
     platform_factory: Callable[..., Platform],
@@ -72,14 +88,7 @@ def test_schedule_created_edited_disabled_in_the_live_admin_within_one_tick_with
     change_url = platform.url(f"/admin/jobs/schedule/{pk}/change/")
 
     # then its first tick's job is created within one interval of the change
-    first = wait_for(
-        lambda: next((t for t in _ticks_after(platform, created) if t.job_id), None),
-        timeout=15,
-        interval=0.1,
-        what="the new schedule's first job",
-    )
-    delays["create: first job after the change"] = (first.created_at - created).total_seconds()
-    assert first.due_at <= created + timedelta(seconds=3)
+    first = _first_job_after(platform, created, within=3, delays=delays, what="create")
     assert _fail_times(platform, first.job_id) == 0
 
     # when the operator edits it: every 2 s, another payload
@@ -93,14 +102,7 @@ def test_schedule_created_edited_disabled_in_the_live_admin_within_one_tick_with
     assert "was changed successfully" in response.text, response.text[:2000]
 
     # then the first tick due after the edit carries it, due within the new interval
-    after_edit = wait_for(
-        lambda: next((t for t in _ticks_after(platform, edited) if t.job_id), None),
-        timeout=15,
-        interval=0.1,
-        what="a job of the edited schedule",
-    )
-    delays["edit: first job after the change"] = (after_edit.created_at - edited).total_seconds()
-    assert after_edit.due_at <= edited + timedelta(seconds=2)
+    after_edit = _first_job_after(platform, edited, within=2, delays=delays, what="edit")
     assert _fail_times(platform, after_edit.job_id) == 1
 
     # when the operator disables it
