@@ -30,6 +30,13 @@ from tests.integration.multi_host import (
     kill_host,
     overlap_and_after_success,
 )
+from tests.integration.multi_host_jobs import (
+    in_ids,
+    last_rows_of,
+    mixed_jobs,
+    running_on,
+    status_and_outcome_counts,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.drill]
 
@@ -70,20 +77,6 @@ def cluster(request: pytest.FixtureRequest, _logroot: Path) -> Iterator[Cluster]
         factory.close()
 
 
-def _running_on(cluster: Cluster, job_id: str, timeout: float = 60) -> str:
-    row: list[Any] = []
-
-    def running() -> bool:
-        row[:] = cluster.platform.rows(
-            "SELECT worker_hostname FROM jobs_attempt WHERE job_id = %s AND finished_at IS NULL",
-            (job_id,),
-        )
-        return bool(row)
-
-    wait_for(running, timeout=timeout, interval=0.05, what=f"job {job_id} running")
-    return str(row[0][0])
-
-
 @pytest.mark.timeout(300)
 def test_cancel_from_one_web_host_ends_an_attempt_on_another_worker_host(
     cluster: Cluster,
@@ -96,7 +89,7 @@ def test_cancel_from_one_web_host_ends_an_attempt_on_another_worker_host(
         if len(latencies) == len(cluster.workers):
             break
         job_id = web_a.submit("demo.sleep", {"seconds": 60, "step_seconds": 0.05})
-        node = _running_on(cluster, job_id)
+        node = running_on(cluster, job_id)
         sent = time.monotonic()
         response = web_b.session.post(web_b.url(f"/api/jobs/{job_id}/cancel/"), timeout=30)
         assert response.status_code == 200, response.text
@@ -124,10 +117,6 @@ def test_cancel_from_one_web_host_ends_an_attempt_on_another_worker_host(
     assert max(latencies.values()) < 2.0, latencies
 
 
-def _in(ids: list[str]) -> tuple[list[str]]:
-    return (ids,)
-
-
 @pytest.mark.timeout(300)
 def test_skewed_worker_clocks_no_double_run_listed_and_retry_delays_in_bounds(
     cluster: Cluster,
@@ -145,21 +134,21 @@ def test_skewed_worker_clocks_no_double_run_listed_and_retry_delays_in_bounds(
     statuses = dict(
         platform.rows(
             "SELECT status, count(*) FROM jobs_job WHERE id::text = ANY(%s) GROUP BY status",
-            _in(ids),
+            in_ids(ids),
         )
     )
     attempts = dict(
         platform.rows(
             "SELECT kind, count(*) FROM jobs_attempt a JOIN jobs_job j ON j.id = a.job_id"
             " WHERE j.id::text = ANY(%s) GROUP BY kind",
-            _in(ids),
+            in_ids(ids),
         )
     )
     by_host = dict(
         platform.rows(
             "SELECT split_part(worker_hostname, '@', 1), count(*) FROM jobs_attempt"
             " WHERE job_id::text = ANY(%s) GROUP BY 1",
-            _in(ids),
+            in_ids(ids),
         )
     )
     overlapping, after_success, doubles = overlap_and_after_success(platform)
@@ -170,7 +159,7 @@ def test_skewed_worker_clocks_no_double_run_listed_and_retry_delays_in_bounds(
             "SELECT extract(epoch FROM b.started_at - a.finished_at), a.retry_delay_seconds"
             " FROM jobs_attempt a JOIN jobs_attempt b"
             " ON b.job_id = a.job_id AND b.number = a.number + 1 WHERE a.job_id::text = ANY(%s)",
-            _in(ids),
+            in_ids(ids),
         )
     ]
     # and the admin overview lists every worker (their reports judged by the database's clock)
@@ -197,22 +186,6 @@ def test_skewed_worker_clocks_no_double_run_listed_and_retry_delays_in_bounds(
     assert all(listed.values()), (listed, page[-3000:])
 
 
-def _mixed(count: int) -> list[tuple[str, dict[str, Any]]]:
-    """`count` jobs: 6 in 10 short sleeps, 3 in 10 flaky (1-2 planned failures), 1 in 10 crash."""
-    rng = random.Random(21)
-    specs: list[tuple[str, dict[str, Any]]] = []
-    for index in range(count):
-        slot = index % 10
-        if slot < 6:
-            seconds = rng.choice((0.05, 0.1, 0.2, 0.4))
-            specs.append(("demo.sleep", {"seconds": seconds, "step_seconds": 0.05}))
-        elif slot < 9:
-            specs.append(("demo.flaky", {"fail_times": rng.choice((1, 2)), "sleep_seconds": 0.05}))
-        else:
-            specs.append(("demo.crash", {"signal": "SIGKILL"}))
-    return specs
-
-
 JOBS_KILL = 500
 
 
@@ -223,7 +196,7 @@ def test_worker_host_sigkilled_mid_run_every_job_terminal_once(cluster: Cluster)
     victim = cluster.workers[2]
     before = cluster.terminal()
     ids: list[str] = []
-    specs = _mixed(JOBS_KILL)
+    specs = mixed_jobs(JOBS_KILL)
     submitter = threading.Thread(target=lambda: ids.extend(cluster.submit_many(specs)))
     started = time.monotonic()
     submitter.start()
@@ -274,18 +247,7 @@ def test_worker_host_sigkilled_mid_run_every_job_terminal_once(cluster: Cluster)
         " WHERE id::text = ANY(%s)",
         (killed_at, in_flight),
     )
-    statuses = dict(
-        platform.rows(
-            "SELECT status, count(*) FROM jobs_job WHERE id::text = ANY(%s) GROUP BY status",
-            _in(ids),
-        )
-    )
-    outcomes = dict(
-        platform.rows(
-            "SELECT outcome, count(*) FROM jobs_attempt WHERE job_id::text = ANY(%s) GROUP BY 1",
-            _in(ids),
-        )
-    )
+    statuses, outcomes = status_and_outcome_counts(platform, ids)
     overlapping, after_success, doubles = overlap_and_after_success(platform)
     # and the per-host attempt counters (each worker's and scheduler's /metrics; the killed
     # host's from the metrics files it left) add up to the attempt rows
@@ -298,11 +260,7 @@ def test_worker_host_sigkilled_mid_run_every_job_terminal_once(cluster: Cluster)
             " GROUP BY 1"
         )
     }
-    victim_rows = platform.rows(
-        "SELECT outcome, error_type, finished_at - %s FROM jobs_attempt WHERE worker_hostname = %s"
-        " ORDER BY finished_at DESC LIMIT 4",
-        (killed_at, victim.node),
-    )
+    racing, victim_rows = last_rows_of(platform, victim.node, killed_at)
     print(
         f"{cluster.broker}: {JOBS_KILL} mixed jobs, {victim.node} SIGKILLed"
         f" {killed_mono - started:.1f} s in with {len(in_flight)} attempts running on it;"
@@ -321,14 +279,8 @@ def test_worker_host_sigkilled_mid_run_every_job_terminal_once(cluster: Cluster)
     assert [counters[n] for n in live] == [host_rows.get(n, 0) for n in live], host_rows
     # A SIGKILL can land between an attempt's row commit and its counter's increment (the
     # attempt_finished receivers run after the commit): such rows, written by the killed host
-    # in its last half second, may be missing from its counters; nothing is ever counted twice.
-    racing = int(
-        platform.scalar(
-            "SELECT count(*) FROM jobs_attempt WHERE worker_hostname = %s"
-            " AND finished_at BETWEEN %s - interval '0.5 s' AND %s",
-            (victim.node, killed_at, killed_at),
-        )
-    )
+    # in its last half second (`racing`), may be missing from its counters; nothing is ever
+    # counted twice.
     print(f"rows the killed host wrote in its last 0.5 s: {racing}; its last rows {victim_rows}")
     assert 0 <= rows - sum(counters.values()) <= racing, (counters, rows, victim_rows)
 
@@ -368,18 +320,7 @@ def test_rolling_restart_of_every_worker_host_under_load(cluster: Cluster) -> No
     finally:
         submitter.join(timeout=300)
     waited = cluster.wait_terminal(before + len(specs), timeout=240)
-    outcomes = dict(
-        platform.rows(
-            "SELECT outcome, count(*) FROM jobs_attempt WHERE job_id::text = ANY(%s) GROUP BY 1",
-            _in(ids),
-        )
-    )
-    statuses = dict(
-        platform.rows(
-            "SELECT status, count(*) FROM jobs_job WHERE id::text = ANY(%s) GROUP BY status",
-            _in(ids),
-        )
-    )
+    statuses, outcomes = status_and_outcome_counts(platform, ids)
     overlapping, after_success, doubles = overlap_and_after_success(platform)
     print(
         f"{cluster.broker}: rolling restart of {len(stops)} worker hosts under {len(ids)} jobs:"
@@ -439,7 +380,7 @@ def test_broker_restart_during_submissions_loses_nothing(cluster: Cluster) -> No
         lambda: (
             platform.scalar(
                 "SELECT count(*) FROM jobs_job WHERE status = 'succeeded' AND id::text = ANY(%s)",
-                _in(ids),
+                in_ids(ids),
             )
             == len(ids)
         ),
