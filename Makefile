@@ -44,7 +44,7 @@ observe: $(STAMP)  ## `up` plus Debian's prometheus and alertmanager with platfo
 	$(BIN)/python -m devstack observe
 
 test: $(STAMP)  ## the whole suite: unit and integration (real Redis, PostgreSQL, workers)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
 
 test-slow: $(STAMP)  ## the long integration tests kept out of `make test` for its time budget (~10 min)
 	$(BIN)/python -m pytest -m 'slow and not soak and not drill'
