@@ -2,10 +2,10 @@
 
 Each `Host` is a network namespace with an address of its own (devstack.netns.PublicHost,
 reachable from the machine through a veth pair). Its processes run under
-`ip netns exec`, where 127.0.0.1 is the namespace's own loopback: a `Forwarder`
-owned by the test listens there on the ports of PostgreSQL, Redis and RabbitMQ and
-relays each connection to the machine's 127.0.0.1, so every process keeps the
-platform's usual URLs. Killing a host's processes closes their connections as a
+`ip netns exec`, where 127.0.0.1 is the namespace's own loopback: a `Forwarder` (a relay
+process the test starts, tests/integration/relay.py) listens there on the ports of
+PostgreSQL, Redis and RabbitMQ and relays each connection to the machine's
+127.0.0.1, so every process keeps the platform's usual URLs. Killing a host's processes closes their connections as a
 dead machine's would.
 
 A `Cluster` is one platform (database, broker, token: harness.PlatformFactory
@@ -15,14 +15,11 @@ also runs a scheduler). Everything is stopped by pid and removed by `close()`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import json
 import os
 import signal
-import socket
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -40,79 +37,25 @@ from devstack.processes import Process, Stack
 from devstack.services import free_port, wait_for
 from tests.integration.admin_login import admin_session
 from tests.integration.harness import HTTP_TIMEOUT, Platform, PlatformFactory
+from tests.integration.helper_process import HelperProcess
 
 SHIM = Path(__file__).with_name("skewed_clock")
 
 
-class Forwarder:
+class Forwarder(HelperProcess):
     """Listens on 127.0.0.1:`port` inside `host` for each port; relays to the machine's 127.0.0.1.
 
-    Threads: one accept loop per port, two pumps per connection. `close()` stops
-    listening and cuts every relayed connection.
+    A process of its own (tests/integration/relay.py), so the relayed traffic of every
+    host does not queue behind the test's interpreter lock (with the relays as threads
+    of the test, a worker's statement waited for it: tens of ms under load).
+    `close()` kills it, by pid, cutting every relayed connection.
     """
 
     def __init__(self, host: PublicHost, ports: list[int]) -> None:
-        self.stopping = threading.Event()
-        self.sockets: set[socket.socket] = set()
-        self.lock = threading.Lock()
-        self.listeners = [host.run(self._listen, port) for port in ports]
-        for listener, port in zip(self.listeners, ports, strict=True):
-            threading.Thread(
-                target=self._accept, args=(listener, port), daemon=True, name=f"fwd-{port}"
-            ).start()
-
-    @staticmethod
-    def _listen(port: int) -> socket.socket:
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", port))
-        listener.listen(256)
-        listener.settimeout(0.2)
-        return listener
-
-    def _accept(self, listener: socket.socket, port: int) -> None:
-        while not self.stopping.is_set():
-            try:
-                inner, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            inner.settimeout(None)
-            try:
-                outer = socket.create_connection(("127.0.0.1", port), timeout=5)
-                outer.settimeout(None)
-            except OSError:
-                inner.close()  # the service is down (a broker restart): refused, as it would be
-                continue
-            with self.lock:
-                self.sockets.update((inner, outer))
-            for src, dst in ((inner, outer), (outer, inner)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        for sock in (src, dst):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        with self.lock:
-            for sock in (src, dst):
-                if sock in self.sockets:
-                    self.sockets.discard(sock)
-                    sock.close()
-
-    def close(self) -> None:
-        self.stopping.set()
-        for listener in self.listeners:
-            listener.close()
-        with self.lock:
-            for sock in self.sockets:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+        super().__init__("relay.py", host.name, *map(str, ports))
+        if self.ready != "ready":
+            self.close()
+            raise RuntimeError(f"the relay into {host.name} did not start: {self.ready!r}")
 
 
 @dataclass

@@ -43,6 +43,15 @@ def summary(times: Sequence[float], *, burst: int) -> str:
     )
 
 
+def spread(values: Sequence[float]) -> str:
+    """Percentiles of sorted `values` (seconds) in ms: min, p50, p90, p99, max."""
+    if not values:
+        return "none"
+    marks = [values[0], *(values[int(q * (len(values) - 1))] for q in (0.5, 0.9, 0.99)), values[-1]]
+    names = ("min", "p50", "p90", "p99", "max")
+    return ", ".join(f"{name} {1000 * value:.1f}" for name, value in zip(names, marks, strict=True))
+
+
 def per_second(times: Sequence[float]) -> list[int]:
     """Starts in each whole second after the first start."""
     if not times:

@@ -6,7 +6,8 @@ worker; PostgreSQL and Redis. A staff user submits the admin's own forms over HT
 token and all (tests/integration/admin_forms.py). Ticks are read from jobs_scheduletick;
 "within one tick" is: the first tick due after a change is the one that shows it (its job
 created, with the edit, or none once disabled), and it is due at most one interval after
-the change.
+the change. A change's time is the database's clock once its response came back (a tick due
+while the form was being saved may show the state before it).
 """
 
 from __future__ import annotations
@@ -67,7 +68,6 @@ def test_schedule_created_edited_disabled_in_the_live_admin_within_one_tick_with
     delays: dict[str, float] = {}
 
     # when an operator creates a 3 s interval schedule in the admin
-    created = database_now(platform)
     response = submit(
         session,
         platform.url(ADD),
@@ -84,6 +84,7 @@ def test_schedule_created_edited_disabled_in_the_live_admin_within_one_tick_with
     )
     assert response.status_code == 200, response.text[:2000]
     assert "was added successfully" in response.text, response.text[:2000]
+    created = database_now(platform)  # saved by now (committed before the response)
     pk = int(platform.scalar("SELECT id FROM jobs_schedule WHERE name = %s", (NAME,)))
     change_url = platform.url(f"/admin/jobs/schedule/{pk}/change/")
 
@@ -92,7 +93,6 @@ def test_schedule_created_edited_disabled_in_the_live_admin_within_one_tick_with
     assert _fail_times(platform, first.job_id) == 0
 
     # when the operator edits it: every 2 s, another payload
-    edited = database_now(platform)
     response = submit(
         session,
         change_url,
@@ -100,15 +100,16 @@ def test_schedule_created_edited_disabled_in_the_live_admin_within_one_tick_with
         form_id="schedule_form",
     )
     assert "was changed successfully" in response.text, response.text[:2000]
+    edited = database_now(platform)
 
     # then the first tick due after the edit carries it, due within the new interval
     after_edit = _first_job_after(platform, edited, within=2, delays=delays, what="edit")
     assert _fail_times(platform, after_edit.job_id) == 1
 
     # when the operator disables it
-    disabled = database_now(platform)
     response = submit(session, change_url, {"enabled": None}, form_id="schedule_form")
     assert "was changed successfully" in response.text, response.text[:2000]
+    disabled = database_now(platform)
 
     # then no tick is due after the change, for three intervals (what must stay silent)
     quiet_until = time.monotonic() + 3 * 2 + 1
