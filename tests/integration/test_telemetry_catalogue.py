@@ -3,16 +3,14 @@
 Issue 4, Acceptance: "Each catalogue entry is exercised by a test that reads
 it with `get_sample_value` and sees it move when, and only when, it should."
 
-Each test scrapes the platform's real endpoints (web /metrics: web and
-scheduler processes plus queue depth; worker /metrics: the worker's main
-process and its children), does one thing through the API or the broker,
-waits for the counters to settle, and compares: the expected series moved by
-exactly the expected amount and every other counter and histogram of the
-catalogue did not move at all (telemetry.assert_moved_exactly). Time limits,
-lost workers and recycles are in test_telemetry_catalogue_limits.py, gauges in
-test_telemetry_catalogue_gauges.py. The meta-test at the end fails when an
-entry of observability/metrics.py is not covered by any `@covers` in
-test_telemetry*.py.
+Each test scrapes the platform's real endpoints (web /metrics: web, scheduler, queue
+depth; worker /metrics: the worker's main process and its children), does one thing
+through the API or the broker, waits for the counters to settle, and compares: the
+expected series moved by exactly the expected amount and every other counter and
+histogram of the catalogue did not move at all (telemetry.assert_moved_exactly). Time
+limits, lost workers and recycles: test_telemetry_catalogue_limits.py; gauges:
+test_telemetry_catalogue_gauges.py. The meta-test at the end fails when an entry of
+observability/metrics.py is not covered by any `@covers` in test_telemetry*.py.
 """
 
 from __future__ import annotations
