@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import os
 import random
+import signal
 import socket
 import ssl
 import subprocess
@@ -32,6 +33,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 CLONE_NEWNET = 0x40000000
+PR_SET_PDEATHSIG = 1
 # Public addresses a test may borrow (example.com's old /24: routed on the
 # internet, never by this machine); picked at random so parallel runs differ.
 PUBLIC_PREFIX = "93.184.216."
@@ -98,14 +100,26 @@ class Netns:
 
 def _join(name: str) -> None:
     """Move the calling thread (only it) into namespace `name`."""
-    libc = ctypes.CDLL(None, use_errno=True)
     fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
     try:
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            errno = ctypes.get_errno()
-            raise OSError(errno, f"setns({name}): {os.strerror(errno)}")
+        setns(fd)
     finally:
         os.close(fd)
+
+
+def setns(fd: int) -> None:
+    """Move the calling thread (only it) into the network namespace open at `fd` (a file
+    of /run/netns or /proc/<pid>/ns/net); raises OSError with the reason."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"setns: {os.strerror(errno)}")
+
+
+def die_with_parent() -> None:
+    """Have the kernel SIGKILL this process when the thread that started it exits
+    (PR_SET_PDEATHSIG), so a test's helper process never outlives the test."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class PublicHost(Netns):

@@ -1,14 +1,16 @@
-"""A test's helper process (a relay, a request clock): a standard-library script of
-tests/integration run with the test's Python, which prints one line once ready."""
+"""A test's helper process (a relay, a request clock): a script of tests/integration run
+with the test's Python and the repository on its path, which prints one line once ready."""
 
 from __future__ import annotations
 
+import os
 import select
 import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
 
 
 class HelperProcess:
@@ -19,7 +21,10 @@ class HelperProcess:
 
     def __init__(self, script: str, *args: str, timeout: float = 30.0) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, str(HERE / script), *args], stdout=subprocess.PIPE, text=True
+            [sys.executable, str(HERE / script), *args],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},  # the script imports devstack
         )
         assert self.process.stdout is not None
         ready = select.select([self.process.stdout], [], [], timeout)[0]

@@ -4,9 +4,9 @@ Each `Host` is a network namespace with an address of its own (devstack.netns.Pu
 reachable from the machine through a veth pair). Its processes run under
 `ip netns exec`, where 127.0.0.1 is the namespace's own loopback: a `Forwarder` (a relay
 process the test starts, tests/integration/relay.py) listens there on the ports of
-PostgreSQL, Redis and RabbitMQ and relays each connection to the machine's
-127.0.0.1, so every process keeps the platform's usual URLs. Killing a host's processes closes their connections as a
-dead machine's would.
+PostgreSQL, Redis and RabbitMQ and relays each connection to the machine's 127.0.0.1,
+so every process keeps the platform's usual URLs. Killing a host's processes closes
+their connections as a dead machine's would.
 
 A `Cluster` is one platform (database, broker, token: harness.PlatformFactory
 with no process of its own) plus worker hosts and web hosts (each web host

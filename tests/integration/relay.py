@@ -8,28 +8,19 @@ listening. Threads: one accept loop per port, two pumps per connection, in a
 process of its own so the relayed traffic does not wait for the test's own
 interpreter lock (tests/integration/multi_host.py's `Forwarder` starts it).
 It dies with its parent (PR_SET_PDEATHSIG); a kill cuts every relayed connection
-as a dead machine's would. Standard library only: it runs outside the test's imports.
+as a dead machine's would. It imports only devstack.netns (HelperProcess puts the
+repository on its path).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import signal
 import socket
 import sys
 import threading
 
-CLONE_NEWNET = 0x40000000
-PR_SET_PDEATHSIG = 1
-
-
-def _setns(fd: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.setns(fd, CLONE_NEWNET) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"setns: {os.strerror(errno)}")
+from devstack.netns import die_with_parent, setns
 
 
 def listen_inside(netns: str, ports: list[int]) -> list[socket.socket]:
@@ -38,7 +29,7 @@ def listen_inside(netns: str, ports: list[int]) -> list[socket.socket]:
     home = os.open("/proc/self/ns/net", os.O_RDONLY)
     target = os.open(f"/run/netns/{netns}", os.O_RDONLY)
     try:
-        _setns(target)
+        setns(target)
         try:
             listeners = []
             for port in ports:
@@ -48,7 +39,7 @@ def listen_inside(netns: str, ports: list[int]) -> list[socket.socket]:
                 listener.listen(256)
                 listeners.append(listener)
         finally:
-            _setns(home)
+            setns(home)
     finally:
         os.close(home)
         os.close(target)
@@ -105,7 +96,7 @@ def pump(pair: Pair, src: socket.socket, dst: socket.socket) -> None:
 
 
 def main(argv: list[str]) -> None:
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    die_with_parent()
     netns, ports = argv[0], [int(port) for port in argv[1:]]
     listeners = listen_inside(netns, ports)
     threads = [

@@ -4,21 +4,19 @@ appends a line to FILE per request: its arrival (epoch seconds, the machine's cl
 X-Job-Id header (`-` without one) and its path.
 
 A process of its own so that an arrival is noted when it comes, not when the test's
-interpreter lock frees (the rate-limit soak counts these times). Standard library only;
-it dies with its parent (PR_SET_PDEATHSIG).
+interpreter lock frees (the rate-limit soak counts these times). It dies with its parent
+(devstack.netns.die_with_parent).
 """
 
 from __future__ import annotations
 
-import ctypes
-import signal
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TextIO
 
-PR_SET_PDEATHSIG = 1
+from devstack.netns import die_with_parent
 
 
 class Clock(ThreadingHTTPServer):
@@ -49,7 +47,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main(path: str) -> None:
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    die_with_parent()
     with open(path, "a", encoding="ascii") as out:
         server = Clock(out)
         print(server.server_address[1], flush=True)
