@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.attempt_cpu JOBS_STATE_STORE=redis,postgres
     .venv/bin/python -m bench.attempt_cpu --jobs 3000 --block 100 NAME=A,B
+    .venv/bin/python -m bench.attempt_cpu --jobs 6000 START_CHECKS=on,off
 
 Queues `--jobs` no-op `demo.flaky` jobs through the API of a platform on a
 fresh PostgreSQL database (bench.rig), stops its processes, then runs
@@ -29,8 +30,12 @@ sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
 
+from bench import start_checks  # noqa: E402
 from bench.p1_drain import STORM_ENV  # noqa: E402
 from bench.rig import Rig, standalone  # noqa: E402
+
+# Not a setting: alternates bench.start_checks (the start without its flow-control checks).
+START_CHECKS = "START_CHECKS"
 
 
 def _cpu(process: psutil.Process) -> float:
@@ -64,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         from jobs import runner  # noqa: PLC0415 - after django.setup()
         from jobs.models import Job  # noqa: PLC0415 - after django.setup()
 
-        kind = type(getattr(settings, name))
+        # START_CHECKS=on,off: the start statement with and without its flow-control checks.
+        checks = start_checks.switch() if name == START_CHECKS else None
+        kind = bool if checks else type(getattr(settings, name))
         ids = [str(i) for i in Job.objects.values_list("id", flat=True)]
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_backend_pid()")
@@ -74,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
             value = pair[number % 2]
             # bool("false") is True: a boolean setting reads its value as the env does.
             typed = value.lower() in {"1", "true", "yes", "on"} if kind is bool else kind(value)
-            setattr(settings, name, typed)
+            if checks:
+                checks(bool(typed))
+            else:
+                setattr(settings, name, typed)
             block = ids[number * args.block : (number + 1) * args.block]
             cpu, wall, server = time.process_time(), time.perf_counter(), _cpu(backend)
             for job_id in block:
