@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import requests
 
+from devstack.services import wait_for
 from tests.integration.harness import HTTP_TIMEOUT, Platform, PlatformFactory, require_postgres
 
 TOKEN_RATE, ADDRESS_RATE = 30, 20  # per minute, below
@@ -74,6 +75,18 @@ def _get_all(platform: Platform, headers: Callable[[int], dict[str, str]], n: in
         )
 
 
+def _inside_one_window(seconds: float = 10.0) -> None:
+    """Return once the current one-minute window (epoch-aligned, jobs.services.rate_windows;
+    the server shares this machine's clock) has `seconds` left, so a burst and the checks
+    after it are counted in one window, not split at a minute's turn."""
+    wait_for(
+        lambda: 60 - time.time() % 60 >= seconds,
+        timeout=seconds + 5,
+        interval=0.1,
+        what=f"{seconds:.0f} s left in the minute",
+    )
+
+
 def _throttled_shape(response: requests.Response) -> None:
     assert response.status_code == 429
     assert int(response.headers["Retry-After"]) >= 1
@@ -85,6 +98,7 @@ def _throttled_shape(response: requests.Response) -> None:
 @pytest.mark.integration
 def test_300_wrong_tokens_mostly_get_429(limited: tuple[Platform, dict[str, str]]) -> None:
     platform, tokens = limited
+    _inside_one_window()
     started = time.monotonic()
 
     answers = _get_all(platform, lambda i: _from("203.0.113.7", f"{uuid.uuid4().hex}{i}"), 300)
@@ -116,6 +130,7 @@ def test_300_wrong_tokens_mostly_get_429(limited: tuple[Platform, dict[str, str]
 @pytest.mark.integration
 def test_one_token_past_its_rate_gets_429(limited: tuple[Platform, dict[str, str]]) -> None:
     platform, tokens = limited
+    _inside_one_window()
 
     # one token, each request from another address (the address limit stays far)
     answers = _get_all(platform, lambda i: _from(f"198.51.100.{i + 1}", tokens["u1"]), 50)
@@ -129,6 +144,7 @@ def test_one_token_past_its_rate_gets_429(limited: tuple[Platform, dict[str, str
 @pytest.mark.integration
 def test_one_address_past_its_rate_gets_429(limited: tuple[Platform, dict[str, str]]) -> None:
     platform, tokens = limited
+    _inside_one_window()
     names = ["u2", "u3", "u4", "u5"]
 
     # one address, its requests spread over four tokens (each far below its own limit)
